@@ -1,0 +1,31 @@
+"""Pure tensor functions of the DAPO algorithm (arXiv 2503.14476); depends on torch only.
+
+| paper                                   | function                                     | file                 |
+|-----------------------------------------|----------------------------------------------|----------------------|
+| Eq. 9  group-relative advantage         | ``compute_grpo_advantages``                  | advantages.py        |
+| Eq. 9-10 ratio, Clip-Higher, dual-clip  | ``compute_policy_loss``                      | policy_loss.py       |
+| Eq. 12 token-level loss aggregation     | ``agg_loss``                                 | policy_loss.py       |
+| Eq. 11 dynamic sampling                 | ``filter_groups``, ``kept_group_ids``        | dynamic_sampling.py  |
+| Eq. 13 soft overlong punishment         | ``overlong_penalty``                         | overlong.py          |
+| log-probs, entropy, masked statistics   | ``logprobs_from_logits``, ``entropy_from_logits``, ``masked_mean``, ``masked_sum`` | masked.py |
+"""
+
+from dapo_rl.algo.advantages import compute_grpo_advantages
+from dapo_rl.algo.dynamic_sampling import filter_groups, kept_group_ids
+from dapo_rl.algo.masked import entropy_from_logits, logprobs_from_logits, masked_mean, masked_sum
+from dapo_rl.algo.overlong import overlong_penalty
+from dapo_rl.algo.policy_loss import LOSS_AGG_MODES, agg_loss, compute_policy_loss
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "agg_loss",
+    "compute_grpo_advantages",
+    "compute_policy_loss",
+    "entropy_from_logits",
+    "filter_groups",
+    "kept_group_ids",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_sum",
+    "overlong_penalty",
+]

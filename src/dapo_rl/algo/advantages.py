@@ -1,0 +1,80 @@
+"""Group-relative advantages (GRPO), as used by DAPO.
+
+DAPO Eq. 9: for the G responses {o_i} sampled for one prompt with rewards {R_i},
+
+    A_hat_{i,t} = (R_i - mean({R_i}_{i=1}^G)) / std({R_i}_{i=1}^G)
+
+The same advantage is given to every token t of response i (``compute_policy_loss`` broadcasts a ``(B,)`` advantage
+over the sequence dimension).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["compute_grpo_advantages"]
+
+
+def _check_group_index(group_index: torch.Tensor, batch_size: int, what: str) -> None:
+    """Raise ValueError unless ``group_index`` is a 1-D integer tensor of length ``batch_size``."""
+    if group_index.dim() != 1 or group_index.shape[0] != batch_size:
+        raise ValueError(
+            f"group_index must have shape ({batch_size},) like {what}, got {tuple(group_index.shape)}"
+        )
+    if group_index.dtype.is_floating_point or group_index.dtype.is_complex or group_index.dtype == torch.bool:
+        raise ValueError(f"group_index must be an integer tensor, got {group_index.dtype}")
+
+
+def compute_grpo_advantages(
+    scores: torch.Tensor, group_index: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
+    """Outcome advantage of each response relative to its group (DAPO Eq. 9, the GRPO advantage).
+
+    ``A_i = (R_i - mean_g) / (std_g + eps)`` where ``g`` is the group of sample ``i`` (the responses to one prompt),
+    ``mean_g`` its mean score and ``std_g`` its unbiased standard deviation (``torch.std``, correction=1).
+
+    - A group whose scores are all equal gets advantage 0 for every member (0 / (0 + eps)): no learning signal,
+      which is why DAPO's dynamic sampling (``filter_groups``) drops such groups.
+    - A group of size one gets 0 (its std is undefined). Note: verl uses mean 0 and std 1 for a lone sample, i.e.
+      ``A = R / (1 + eps)``; here a lone sample carries no relative information, so it gets none.
+
+    Vectorised with ``torch.unique`` + ``index_add_``: no Python loop over samples or groups.
+
+    Args:
+        scores: ``(B,)`` sequence-level rewards R_i (float; integer/bool are cast to float32).
+        group_index: ``(B,)`` integer group id of each sample (any integers; members of a group need not be
+            contiguous).
+        eps: added to the group std for numerical stability.
+
+    Returns:
+        ``(B,)`` advantages, dtype of ``scores`` (float32 if ``scores`` is not floating).
+
+    Raises:
+        ValueError: ``scores`` is not 1-D, ``group_index`` is not 1-D of the same length, or ``group_index`` is not
+            an integer tensor.
+    """
+    if scores.dim() != 1:
+        raise ValueError(f"scores must have shape (B,), got {tuple(scores.shape)}")
+    _check_group_index(group_index, scores.shape[0], "scores")
+    if not scores.dtype.is_floating_point:
+        scores = scores.to(torch.float32)
+
+    # group[i] in [0, num_groups): dense id of sample i's group; group_size[g]: number of samples in group g.
+    _, group, group_size = torch.unique(group_index, return_inverse=True, return_counts=True)
+    num_groups = group_size.shape[0]
+    group_size = group_size.to(scores.dtype)
+
+    # mean_g = (1 / G) * sum_{i in g} R_i
+    group_sum = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, group, scores)
+    group_mean = group_sum / group_size
+
+    # std_g = sqrt( sum_{i in g} (R_i - mean_g)^2 / (G - 1) )   (unbiased, as torch.std)
+    deviation = scores - group_mean[group]
+    group_sq_dev = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(
+        0, group, deviation**2
+    )
+    group_std = torch.sqrt(group_sq_dev / (group_size - 1).clamp(min=1))
+
+    advantages = deviation / (group_std[group] + eps)
+    # A group of one has no spread to normalise by: advantage 0.
+    return torch.where(group_size[group] > 1, advantages, torch.zeros_like(advantages))

@@ -1,0 +1,224 @@
+"""DAPO policy loss: decoupled clip (Clip-Higher), dual-clip, and token-level aggregation.
+
+DAPO Eq. 8-10 (with Eq. 12's token-level normalisation), for response i of a group and its token t:
+
+    r_{i,t}(theta) = pi_theta(o_{i,t} | q, o_{i,<t}) / pi_theta_old(o_{i,t} | q, o_{i,<t})                  (Eq. 9)
+
+    J(theta) = 1 / (sum_i |o_i|) * sum_i sum_t min( r_{i,t} A_{i,t},
+                                                    clip(r_{i,t}, 1 - eps_low, 1 + eps_high) A_{i,t} )      (Eq. 10, 12)
+
+We minimise the negated objective, so per token (names as in verl / CleanRL):
+
+    pg_losses1 = -A * ratio
+    pg_losses2 = -A * clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
+    clipped    = max(pg_losses1, pg_losses2)                  # = -min(r A, clip(r) A)
+
+Dual-clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL") bounds the loss of a token with a
+negative advantage whose ratio has grown far above 1 (the PPO clip does not bound it: ``max`` picks ``-A * ratio``):
+
+    pg_losses3 = -A * clip_ratio_c
+    pg_losses  = min(clipped, pg_losses3)  if A < 0  else  clipped
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dapo_rl.algo.masked import masked_mean, masked_sum
+
+__all__ = ["LOSS_AGG_MODES", "agg_loss", "compute_policy_loss"]
+
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+"""Valid ``loss_agg_mode`` values; ``token-mean`` is DAPO's token-level loss (Eq. 12)."""
+
+LOG_RATIO_CLAMP: float = 20.0
+"""``log_prob - old_log_prob`` is clamped to ``[-20, 20]`` before ``exp`` so the ratio never overflows."""
+
+
+def _check_positive(name: str, value: float | torch.Tensor | None) -> None:
+    """Raise ValueError if a python-number ``value`` is not > 0 (tensors are not checked: no device sync)."""
+    if value is not None and not isinstance(value, torch.Tensor) and not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    global_num_tokens: int | float | torch.Tensor | None = None,
+    global_batch_size: int | float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Aggregate a ``(B, T)`` matrix of per-token losses into a scalar.
+
+    Modes (``m_{i,t}`` is the mask, ``|o_i| = sum_t m_{i,t}``, ``l_{i,t}`` the token loss):
+
+    - ``token-mean`` (DAPO Eq. 12): ``sum_{i,t} m l / N`` with ``N = sum_{i,t} m`` -- every token weighs the same,
+      so long responses are not down-weighted.
+    - ``seq-mean-token-mean`` (GRPO): ``(1/B) sum_i [ sum_t m l / |o_i| ]`` -- each sequence weighs the same.
+    - ``seq-mean-token-sum`` (Dr. GRPO-like): ``(1/B) sum_i sum_t m l``.
+
+    A sequence with an empty mask contributes 0 (never NaN); in the ``seq-mean-*`` modes it still counts in ``B``.
+    An all-empty batch gives 0 in every mode.
+
+    Micro-batching: a mini-batch split into micro-batches for gradient accumulation should pass the *mini-batch*
+    totals: ``global_num_tokens`` (``N`` of the whole mini-batch, used by ``token-mean``) and ``global_batch_size``
+    (``B`` of the whole mini-batch, used by the ``seq-mean-*`` modes). The sum of the micro-batch losses then equals
+    the mini-batch loss, and the accumulated gradient does not depend on how the mini-batch was split (no extra
+    ``micro / mini`` scaling is needed). Each mode ignores the argument it does not use, so a caller may always pass
+    both. Without them the local ``N`` / ``B`` are used.
+
+    Args:
+        loss_mat: ``(B, T)`` per-token losses, floating.
+        loss_mask: ``(B, T)`` bool or 0/1; 1 on tokens that count.
+        loss_agg_mode: one of ``LOSS_AGG_MODES``.
+        global_num_tokens: number of masked tokens in the whole mini-batch (python number or 0-d tensor).
+        global_batch_size: number of sequences in the whole mini-batch (python number or 0-d tensor).
+
+    Returns:
+        0-d tensor, dtype of ``loss_mat``.
+
+    Raises:
+        ValueError: unknown ``loss_agg_mode``; ``loss_mat`` not 2-D or ``loss_mask`` of another shape; a python-number
+            ``global_num_tokens`` / ``global_batch_size`` that is not > 0.
+    """
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
+    if loss_mat.dim() != 2 or loss_mask.shape != loss_mat.shape:
+        raise ValueError(
+            f"loss_mat must be (B, T) and loss_mask the same shape, got {tuple(loss_mat.shape)} and "
+            f"{tuple(loss_mask.shape)}"
+        )
+    _check_positive("global_num_tokens", global_num_tokens)
+    _check_positive("global_batch_size", global_batch_size)
+    mask = loss_mask.to(torch.bool)
+
+    if loss_agg_mode == "token-mean":
+        # DAPO Eq. 12: 1 / (sum_i |o_i|) * sum_i sum_t l_{i,t}
+        num_tokens = mask.sum().clamp(min=1) if global_num_tokens is None else global_num_tokens
+        return masked_sum(loss_mat, mask) / num_tokens
+
+    num_seqs = max(loss_mat.shape[0], 1) if global_batch_size is None else global_batch_size
+    seq_token_sum = masked_sum(loss_mat, mask, dim=-1)  # (B,) sum_t l_{i,t}
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq_num_tokens = mask.sum(dim=-1).clamp(min=1)  # (B,) |o_i|, 1 for an empty sequence (its sum is 0)
+        seq_losses = seq_token_sum / seq_num_tokens
+    else:  # "seq-mean-token-sum"
+        seq_losses = seq_token_sum
+    return seq_losses.sum() / num_seqs
+
+
+def compute_policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    global_num_tokens: int | float | torch.Tensor | None = None,
+    global_batch_size: int | float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with DAPO's decoupled clip range and dual-clip, aggregated by ``loss_agg_mode``.
+
+    See the module docstring for the equations (DAPO Eq. 9, 10, 12; dual-clip of Ye et al. 2020).
+    ``ratio = exp(clamp(log_prob - old_log_prob, -20, 20))``. ``old_log_prob`` and ``advantages`` are treated as
+    constants (detached).
+
+    Args:
+        log_prob: ``(B, T)`` log pi_theta of the response tokens (requires grad for training), floating.
+        old_log_prob: ``(B, T)`` log pi_theta_old of the same tokens (the policy that sampled them).
+        advantages: ``(B,)`` one advantage per response, broadcast over tokens, or ``(B, T)`` per token.
+        response_mask: ``(B, T)`` bool or 0/1; 1 on response tokens that count in the loss.
+        clip_ratio_low: eps_low, the ratio is clipped below at ``1 - clip_ratio_low`` (DAPO: 0.2). In ``[0, 1)``.
+        clip_ratio_high: eps_high, the ratio is clipped above at ``1 + clip_ratio_high`` (DAPO: 0.28). ``>= 0``.
+        clip_ratio_c: dual-clip constant c > 1 (verl default 3.0); ``float("inf")`` disables dual-clip.
+        loss_agg_mode: ``token-mean`` (DAPO), ``seq-mean-token-mean`` (GRPO) or ``seq-mean-token-sum``.
+        global_num_tokens: masked-token count of the whole mini-batch, for micro-batching (see ``agg_loss``).
+        global_batch_size: sequence count of the whole mini-batch, for micro-batching (see ``agg_loss``).
+
+    Returns:
+        ``(loss, stats)``: ``loss`` a 0-d tensor (dtype of ``log_prob``) to minimise; ``stats`` a dict of python
+        floats, each a masked token mean over this (micro-)batch:
+
+        - ``pg_clipfrac_lower``: fraction of tokens where the lower clip bound is active (A < 0 and
+          ratio < 1 - clip_ratio_low). NB: verl's ``pg_clipfrac_lower`` is the dual-clip fraction; ours is the
+          lower PPO bound, and verl's meaning is ``pg_clipfrac_dual``.
+        - ``pg_clipfrac_upper``: the upper bound is active (A > 0 and ratio > 1 + clip_ratio_high).
+        - ``pg_clipfrac``: ``pg_clipfrac_lower + pg_clipfrac_upper`` (tokens whose PPO clip zeroes the gradient).
+        - ``pg_clipfrac_dual``: A < 0 and the dual clip is active (``pg_losses3 < clipped``, i.e. ratio > c).
+        - ``ppo_kl``: approximate KL(pi_old || pi_theta), the masked mean of ``old_log_prob - log_prob`` (with the
+          same [-20, 20] clamp as the ratio).
+        - ``num_tokens``: number of masked tokens (float).
+
+    Raises:
+        ValueError: shapes that do not match the above; ``clip_ratio_low`` outside ``[0, 1)``; negative
+            ``clip_ratio_high``; ``clip_ratio_c <= 1``; unknown ``loss_agg_mode`` (and the errors of ``agg_loss``).
+    """
+    if log_prob.dim() != 2:
+        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
+    if old_log_prob.shape != log_prob.shape or response_mask.shape != log_prob.shape:
+        raise ValueError(
+            f"log_prob {tuple(log_prob.shape)}, old_log_prob {tuple(old_log_prob.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must have the same (B, T) shape"
+        )
+    batch_size = log_prob.shape[0]
+    if advantages.shape not in (torch.Size([batch_size]), log_prob.shape):
+        raise ValueError(
+            f"advantages must have shape ({batch_size},) or {tuple(log_prob.shape)}, got {tuple(advantages.shape)}"
+        )
+    if not 0.0 <= clip_ratio_low < 1.0:
+        raise ValueError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low}")
+    if not clip_ratio_high >= 0.0:
+        raise ValueError(f"clip_ratio_high must be >= 0, got {clip_ratio_high}")
+    if not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c (dual-clip constant) must be > 1, got {clip_ratio_c}")
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
+
+    mask = response_mask.to(torch.bool)
+    old_log_prob = old_log_prob.detach()
+    A = advantages.detach()
+    if A.dim() == 1:
+        A = A.unsqueeze(-1)  # (B, 1): the sequence-level advantage of Eq. 9, the same for every token
+    A = A.expand_as(log_prob).to(log_prob.dtype)
+
+    # r_{i,t}(theta) = exp(log pi_theta - log pi_theta_old)   (Eq. 9)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl.detach(), mask)
+
+    # Clip-Higher: decoupled bounds 1 - eps_low and 1 + eps_high   (Eq. 10)
+    pg_losses1 = -A * ratio
+    pg_losses2 = -A * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+
+    # Dual-clip for A < 0: the loss is at most -A * c however large the ratio grows
+    pg_losses3 = -A * clip_ratio_c
+    clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(A < 0, clip_pg_losses2, clip_pg_losses1)
+
+    # Token-level aggregation   (Eq. 12 for token-mean)
+    pg_loss = agg_loss(
+        pg_losses,
+        mask,
+        loss_agg_mode,
+        global_num_tokens=global_num_tokens,
+        global_batch_size=global_batch_size,
+    )
+
+    with torch.no_grad():
+        ratio = ratio.detach()
+        is_lower_clipped = (A < 0) & (ratio < 1.0 - clip_ratio_low)
+        is_upper_clipped = (A > 0) & (ratio > 1.0 + clip_ratio_high)
+        is_dual_clipped = (A < 0) & (pg_losses3 < clip_pg_losses1.detach())
+        stats = {
+            "pg_clipfrac_lower": masked_mean(is_lower_clipped.to(log_prob.dtype), mask).item(),
+            "pg_clipfrac_upper": masked_mean(is_upper_clipped.to(log_prob.dtype), mask).item(),
+            "pg_clipfrac": masked_mean((is_lower_clipped | is_upper_clipped).to(log_prob.dtype), mask).item(),
+            "pg_clipfrac_dual": masked_mean(is_dual_clipped.to(log_prob.dtype), mask).item(),
+            "ppo_kl": ppo_kl.item(),
+            "num_tokens": float(mask.sum().item()),
+        }
+    return pg_loss, stats

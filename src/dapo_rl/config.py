@@ -1,0 +1,433 @@
+"""Typed configuration for `dapo train` and `dapo sft`.
+
+Every knob is a dataclass field with a documented default. Recipes are YAML files that set a subset of the fields
+(`src/dapo_rl/configs/*.yaml`, also reachable as `configs/` at the repository root); the command line adds dotted
+overrides in verl's style (`algorithm.clip_ratio_high=0.28`). Merging and type checking are done by OmegaConf's
+structured configs; an unknown key is a `ConfigError` that names the key and suggests close matches.
+
+Names follow verl and the DAPO paper (arXiv 2503.14476) so that users of either find their way: `clip_ratio_low`,
+`clip_ratio_high`, `clip_ratio_c`, `loss_agg_mode`, `filter_groups`, `gen_batch_size`, `train_batch_size`,
+`max_num_gen_batches`, `rollout.n`, `overlong_buffer.len`, `overlong_buffer.penalty_factor`, `max_response_length`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field, fields, is_dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used: unknown key, wrong type or value, unreadable recipe."""
+
+
+@dataclass
+class ModelConfig:
+    """The policy model."""
+
+    path: str = "embedded"
+    """Local Hugging Face causal-LM checkpoint directory, or `embedded` for the project's tiny base model (built by
+    `dapo sft` on first use and cached under `$DAPO_RL_CACHE`, default `~/.cache/dapo_rl`)."""
+    trust_remote_code: bool = False
+    """Allow custom modelling code shipped with the checkpoint. Off unless the config says so."""
+    dtype: str = "float32"
+    """Parameter dtype of the trained model: `float32` or `bfloat16`."""
+
+
+@dataclass
+class ReasoningGymConfig:
+    """A procedurally generated reasoning-gym task used as a data source (when no files are given)."""
+
+    task: str = "chain_sum"
+    """reasoning-gym dataset name (`reasoning_gym.create_dataset(task, ...)`)."""
+    size: int = 20000
+    """Number of generated problems."""
+    seed: int = 0
+    """Generator seed; training, validation and the supervised warm-up use different seeds (held-out problems)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Task parameters passed to `create_dataset`, e.g. `{min_terms: 2, max_terms: 3}`."""
+    strip_instruction: bool = False
+    """Drop the task's fixed instruction prefix (text up to and including the first ": ") from each question. For tiny
+    character-level models the prefix triples the sequence length without adding information."""
+
+
+@dataclass
+class DataConfig:
+    """Training and validation data (verl's `data.*`)."""
+
+    train_files: list[str] = field(default_factory=list)
+    """Parquet or JSONL files in verl's schema (`data_source`, `prompt`, `reward_model.ground_truth`,
+    `extra_info`). Empty: use `train_reasoning_gym`."""
+    val_files: list[str] = field(default_factory=list)
+    """Validation files, each reported as `val/<file stem>/acc`. Empty: use `val_reasoning_gym`."""
+    train_reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
+    """reasoning-gym training task, used when `train_files` is empty."""
+    val_reasoning_gym: ReasoningGymConfig = field(
+        default_factory=lambda: ReasoningGymConfig(size=1000, seed=1)
+    )
+    """reasoning-gym validation task (held out: another seed), used when `val_files` is empty."""
+    prompt_template: str = "none"
+    """`none`: prompts as given. `dapo`: wrap a bare problem in DAPO's "Answer:" template (prompts already wrapped
+    are detected and left alone)."""
+    max_prompt_length: int = 2048
+    """Prompts longer than this many tokens (after the chat template) are dropped and counted, never truncated."""
+    max_response_length: int = 20480
+    """L_max: the most tokens generated per response (DAPO: 20480 = 16384 + a 4096-token overlong buffer)."""
+    train_batch_size: int = 512
+    """Prompt groups per training step after dynamic sampling (DAPO: 512)."""
+    gen_batch_size: int = 1536
+    """Prompts sampled per generation round (DAPO: 3 x train_batch_size)."""
+    shuffle: bool = True
+    """Shuffle the training prompts each epoch with a seeded generator (the order continues on resume)."""
+    val_max_samples: int = -1
+    """Use only the first N validation prompts of each validation set (-1: all)."""
+
+
+@dataclass
+class OverlongBufferConfig:
+    """Soft overlong punishment (DAPO Eq. 13)."""
+
+    enable: bool = True
+    len: int = 4096
+    """L_cache: the penalty ramps linearly over the last `len` tokens before `data.max_response_length`."""
+    penalty_factor: float = 1.0
+    """Penalty at (and past) `max_response_length`."""
+
+
+@dataclass
+class FilterGroupsConfig:
+    """Dynamic sampling (DAPO section 3.2, Eq. 11): drop groups whose metric does not vary, sample more rounds."""
+
+    enable: bool = True
+    metric: str = "acc"
+    """Per-response value that must vary inside a group for it to be kept: `acc` (correctness) or `score`."""
+    max_num_gen_batches: int = 10
+    """The most generation rounds per training step; 0 = unlimited."""
+    on_exhausted: str = "error"
+    """When `max_num_gen_batches` rounds did not fill the batch: `error` (stop with a message, exit code 3) or
+    `partial` (train on the groups kept so far)."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """DAPO's objective (paper section 3, verl's `algorithm.*` and `actor.*` loss fields)."""
+
+    adv_estimator: str = "grpo"
+    """Group-normalised advantages (the only estimator DAPO uses)."""
+    norm_adv_by_std_in_grpo: bool = True
+    """Divide by the group's standard deviation (GRPO); false gives Dr. GRPO's mean-only centring."""
+    clip_ratio_low: float = 0.2
+    """epsilon_low of Clip-Higher (Eq. 10)."""
+    clip_ratio_high: float = 0.28
+    """epsilon_high of Clip-Higher (Eq. 10)."""
+    clip_ratio_c: float = 3.0
+    """Dual-clip bound for negative advantages (Ye et al. 2020)."""
+    loss_agg_mode: str = "token-mean"
+    """`token-mean` (DAPO Eq. 12), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum`."""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    overlong_filtering: bool = False
+    """Mask truncated responses out of the loss (DAPO section 3.4, the alternative to soft punishment)."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+@dataclass
+class ValKwargsConfig:
+    """Sampling used for validation."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 0.7
+    top_k: int = -1
+
+
+@dataclass
+class RolloutConfig:
+    """The rollout engine and its sampling parameters."""
+
+    name: str = "hf"
+    """Engine: `hf` (transformers `generate`, runs anywhere). A vLLM engine plugs into the same protocol."""
+    n: int = 16
+    """Responses sampled per prompt (the group size G)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1: no top-k."""
+    micro_batch_size: int = 512
+    """Sequences generated together by the transformers engine."""
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+
+
+@dataclass
+class ActorConfig:
+    """The policy update (verl's `actor_rollout_ref.actor.*`)."""
+
+    lr: float = 1e-6
+    """AdamW learning rate (DAPO: 1e-6)."""
+    lr_warmup_steps: int = 10
+    """Linear warm-up steps, then constant (DAPO: 20)."""
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value."""
+    ppo_mini_batch_size: int = 32
+    """Prompt groups per optimizer step (each with `rollout.n` responses; DAPO: 32 -> 16 updates per step)."""
+    ppo_micro_batch_size: int = 64
+    """Sequences per forward/backward pass (gradient accumulation); does not change the gradient."""
+    ppo_epochs: int = 1
+    """Passes over each training batch."""
+    shuffle: bool = False
+    """Shuffle sequences between mini-batches."""
+    autocast_dtype: str = "none"
+    """`none` or `bfloat16`: mixed-precision autocast for forward/backward (parameters stay in `model.dtype`)."""
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: length, logging, validation and checkpoints."""
+
+    output_dir: str = "runs/dapo"
+    """Run directory: resolved config, metrics.jsonl, training-dynamics PNG, checkpoints."""
+    total_training_steps: int = 100
+    seed: int = 0
+    test_freq: int = 5
+    """Validate every N steps (and at step 0 when `val_before_train`); -1 disables."""
+    val_before_train: bool = True
+    save_freq: int = -1
+    """Checkpoint every N steps; the last step is always saved. -1: only the last step."""
+    max_ckpt_to_keep: int = 2
+    """Keep this many newest checkpoints (0 or less: keep all)."""
+    num_threads: int = 0
+    """torch intra-op threads; 0 keeps torch's default (all cores)."""
+    progress_bar: bool = True
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm-up that builds the embedded base model (`dapo sft`)."""
+
+    output_dir: str = ""
+    """Where to save the model; empty: the embedded model's cache directory."""
+    task: ReasoningGymConfig = field(default_factory=lambda: ReasoningGymConfig(size=200000, seed=1000))
+    steps: int = 700
+    batch_size: int = 128
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    seed: int = 0
+    hidden_size: int = 192
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 576
+    max_position_embeddings: int = 4096
+
+
+@dataclass
+class Config:
+    """Everything `dapo train` reads."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+DEFAULT_RECIPE = "tiny_chain_sum"
+"""The embedded default: what `dapo train` runs with no config."""
+
+
+def recipe_path(name: str) -> Path:
+    """Path of a recipe shipped in the package (`tiny_chain_sum`, ...).
+
+    Raises:
+        ConfigError: no such recipe (the message lists the shipped ones).
+    """
+    root = resources.files("dapo_rl") / "configs"
+    path = Path(str(root / f"{name}.yaml"))
+    if not path.is_file():
+        known = sorted(p.stem for p in Path(str(root)).glob("*.yaml"))
+        raise ConfigError(f"no recipe named {name!r}; shipped recipes: {', '.join(known)}")
+    return path
+
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    out = []
+    for f in fields(cls):
+        key = f"{prefix}{f.name}"
+        out.append(key)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            out.extend(_all_keys(type(default), key + "."))
+    return out
+
+
+def _unknown_key_error(key: str, source: str) -> ConfigError:
+    keys = _all_keys(Config)
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+    if not close:  # match on the last component (e.g. `clip_ratio_hi` under the wrong section)
+        leaf = key.rsplit(".", 1)[-1]
+        close = [k for k in keys if difflib.get_close_matches(leaf, [k.rsplit(".", 1)[-1]], cutoff=0.75)][:3]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return ConfigError(f"unknown config key {key!r} in {source}{hint}")
+
+
+def _check_keys(node: Any, cls: type, prefix: str, source: str) -> None:
+    """Reject keys that are not fields, with suggestions (OmegaConf's own message has none)."""
+    if not isinstance(node, dict):
+        return
+    names = {f.name: f for f in fields(cls)}
+    for k, v in node.items():
+        key = f"{prefix}{k}"
+        if k not in names:
+            raise _unknown_key_error(key, source)
+        f = names[k]
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            _check_keys(v, type(default), key + ".", source)
+
+
+def _parse_overrides(overrides: list[str]) -> dict:
+    nested: dict = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"override {item!r} is not of the form key=value (e.g. algorithm.clip_ratio_high=0.28)"
+            )
+        key, _, _ = item.partition("=")
+        cur = nested
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = None
+    return nested
+
+
+def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Build a `Config` from a recipe and dotted overrides.
+
+    Args:
+        recipe: a YAML file path, the name of a shipped recipe, or None for the embedded default
+            (`tiny_chain_sum`).
+        overrides: `key=value` strings in dotted form (`actor.lr=1e-5`, `data.val_files=[a.parquet,b.parquet]`).
+
+    Returns:
+        The merged, type-checked, validated `Config`.
+
+    Raises:
+        ConfigError: unreadable recipe, unknown key (with close matches), wrong type or invalid value.
+    """
+    overrides = list(overrides or [])
+    if recipe is None:
+        path = recipe_path(DEFAULT_RECIPE)
+    elif os.path.exists(recipe):
+        path = Path(recipe)
+    elif not str(recipe).endswith((".yaml", ".yml")) and os.sep not in str(recipe):
+        path = recipe_path(str(recipe))
+    else:
+        raise ConfigError(f"recipe file {recipe} does not exist")
+    schema = OmegaConf.structured(Config)
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as e:  # yaml errors carry line numbers
+        raise ConfigError(f"cannot read recipe {path}: {e}") from e
+    raw = OmegaConf.to_container(loaded) if loaded is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"recipe {path} must be a mapping of sections (model:, data:, ...), got {type(raw).__name__}"
+        )
+    _check_keys(raw, Config, "", str(path))
+    _check_keys(_parse_overrides(overrides), Config, "", "command-line overrides")
+    try:
+        merged = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(overrides))
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except (ConfigKeyError, ConfigAttributeError) as e:
+        raise _unknown_key_error(str(getattr(e, "full_key", e)), "config") from e
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"invalid value for {key}: {getattr(e, 'msg', e)}" if key else str(e)) from e
+    validate_config(cfg)
+    return cfg
+
+
+def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def validate_config(cfg: Config) -> None:
+    """Check values that types alone cannot (choices, ranges, batch arithmetic), before any heavy work.
+
+    Raises:
+        ConfigError: naming the offending setting.
+    """
+    a, d, r, act = cfg.algorithm, cfg.data, cfg.rollout, cfg.actor
+    _choice(
+        a.loss_agg_mode,
+        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+        "algorithm.loss_agg_mode",
+    )
+    _choice(a.adv_estimator, ("grpo",), "algorithm.adv_estimator")
+    _choice(a.filter_groups.metric, ("acc", "score"), "algorithm.filter_groups.metric")
+    _choice(a.filter_groups.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
+    _choice(d.prompt_template, ("none", "dapo"), "data.prompt_template")
+    _choice(r.name, ("hf",), "rollout.name")
+    _choice(cfg.model.dtype, ("float32", "bfloat16"), "model.dtype")
+    _choice(act.autocast_dtype, ("none", "bfloat16"), "actor.autocast_dtype")
+    if not 0 <= a.clip_ratio_low < 1:
+        raise ConfigError(f"algorithm.clip_ratio_low={a.clip_ratio_low} must be in [0, 1)")
+    if a.clip_ratio_high < 0:
+        raise ConfigError(f"algorithm.clip_ratio_high={a.clip_ratio_high} must be >= 0")
+    if a.clip_ratio_c <= 1:
+        raise ConfigError(f"algorithm.clip_ratio_c={a.clip_ratio_c} must be > 1")
+    for key, val in (
+        ("data.train_batch_size", d.train_batch_size),
+        ("data.gen_batch_size", d.gen_batch_size),
+        ("data.max_prompt_length", d.max_prompt_length),
+        ("data.max_response_length", d.max_response_length),
+        ("rollout.n", r.n),
+        ("rollout.micro_batch_size", r.micro_batch_size),
+        ("rollout.val_kwargs.n", r.val_kwargs.n),
+        ("actor.ppo_mini_batch_size", act.ppo_mini_batch_size),
+        ("actor.ppo_micro_batch_size", act.ppo_micro_batch_size),
+        ("actor.ppo_epochs", act.ppo_epochs),
+        ("trainer.total_training_steps", cfg.trainer.total_training_steps),
+    ):
+        if val < 1:
+            raise ConfigError(f"{key}={val} must be >= 1")
+    if a.filter_groups.enable and d.gen_batch_size < d.train_batch_size:
+        pass  # several generation rounds fill the batch; allowed (verl allows it too)
+    if d.train_batch_size % act.ppo_mini_batch_size:
+        raise ConfigError(
+            f"data.train_batch_size={d.train_batch_size} must be a multiple of "
+            f"actor.ppo_mini_batch_size={act.ppo_mini_batch_size}"
+        )
+    if a.overlong_buffer.enable and not 0 < a.overlong_buffer.len <= d.max_response_length:
+        raise ConfigError(
+            f"algorithm.overlong_buffer.len={a.overlong_buffer.len} must be in (0, data.max_response_length="
+            f"{d.max_response_length}]"
+        )
+    for key, p in (("rollout.top_p", r.top_p), ("rollout.val_kwargs.top_p", r.val_kwargs.top_p)):
+        if not 0 < p <= 1:
+            raise ConfigError(f"{key}={p} must be in (0, 1]")
+    for key, t in (
+        ("rollout.temperature", r.temperature),
+        ("rollout.val_kwargs.temperature", r.val_kwargs.temperature),
+    ):
+        if t < 0:
+            raise ConfigError(f"{key}={t} must be >= 0 (0 = greedy)")
+    if r.temperature == 0:
+        raise ConfigError(
+            "rollout.temperature=0 (greedy) gives identical responses in a group: no learning signal"
+        )
+
+
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML (written to `<output_dir>/config.yaml`)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -1,0 +1,201 @@
+"""Dataset rows in verl's schema, from parquet, JSONL or reasoning-gym, tokenized into prompts.
+
+verl's row schema: `data_source` (str), `prompt` (list of `{"role", "content"}` chat messages, or a plain string),
+`ability` (str, optional), `reward_model.ground_truth` (str or number), `extra_info` (dict, optional).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dapo_rl.data.templates import apply_prompt_template
+
+
+class DataError(ValueError):
+    """A data file or row that cannot be used; the message names the file, the row and the field."""
+
+
+@dataclass
+class Sample:
+    """One dataset row, normalised.
+
+    Attributes:
+        uid: unique id of the prompt within its dataset (`<name>:<row>`).
+        data_source: selects the verifier (`math_dapo`, `DAPO-17k`, `reasoning_gym/<task>`, ...).
+        prompt: chat messages, `[{"role": "user", "content": ...}]`.
+        ground_truth: the reference answer as a string.
+        extra_info: anything else the verifier may need (reasoning-gym metadata, indices).
+    """
+
+    uid: str
+    data_source: str
+    prompt: list[dict]
+    ground_truth: str
+    extra_info: dict = field(default_factory=dict)
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as e:
+            raise DataError(f"{path}: not a readable parquet file ({e})") from e
+    if suffix in (".jsonl", ".json"):
+        rows = []
+        with open(path, "rb") as fh:
+            for i, raw in enumerate(fh):
+                if not raw.strip():
+                    continue
+                try:
+                    rows.append(json.loads(raw.decode("utf-8")))
+                except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                    raise DataError(f"{path}: row {i}: not valid UTF-8 JSON ({e})") from e
+        return rows
+    raise DataError(f"{path}: unsupported file type {suffix!r}; use .parquet or .jsonl")
+
+
+def _normalise_row(row: Any, path: Path, i: int, name: str) -> Sample:
+    where = f"{path}: row {i}"
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected an object, got {type(row).__name__}")
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        raise DataError(f"{where}: field 'prompt' must be a string or a non-empty list of chat messages")
+    for m in prompt:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: field 'prompt' holds a message without string 'content'")
+    rm = row.get("reward_model")
+    gt = rm.get("ground_truth") if isinstance(rm, dict) else None
+    if gt is None or (isinstance(gt, str) and not gt.strip()):
+        raise DataError(f"{where}: field 'reward_model.ground_truth' is missing or empty")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise DataError(f"{where}: field 'extra_info' must be an object")
+    source = row.get("data_source") or "math"
+    return Sample(
+        uid=f"{name}:{i}",
+        data_source=str(source),
+        prompt=[{"role": m.get("role", "user"), "content": m["content"]} for m in prompt],
+        ground_truth=str(gt),
+        extra_info=extra,
+    )
+
+
+def load_samples(path: str | Path, template: str = "none") -> list[Sample]:
+    """Read a parquet or JSONL file in verl's schema.
+
+    Args:
+        path: `.parquet` or `.jsonl` file.
+        template: prompt template to apply (`none` or `dapo`, see `apply_prompt_template`).
+
+    Returns:
+        One `Sample` per row, in file order; `uid` is `<file stem>:<row>`.
+
+    Raises:
+        DataError: missing or unreadable file, invalid UTF-8/JSON, or a row without a usable `prompt` or
+            `reward_model.ground_truth` (the message names file, row and field).
+    """
+    path = Path(path)
+    rows = _read_rows(path)
+    samples = [_normalise_row(r, path, i, path.stem) for i, r in enumerate(rows)]
+    for s in samples:
+        s.prompt = apply_prompt_template(s.prompt, template)
+    return samples
+
+
+def reasoning_gym_samples(
+    task: str, size: int, seed: int, params: dict | None = None, strip_instruction: bool = False
+) -> list[Sample]:
+    """Generate a reasoning-gym task as `Sample`s (`data_source` = `reasoning_gym/<task>`).
+
+    The ground truth is the task's reference answer; `extra_info` carries the question and the JSON-safe metadata
+    that reasoning-gym's own `score_answer` needs.
+
+    Raises:
+        DataError: unknown task or bad parameters (reasoning-gym's message included).
+    """
+    import reasoning_gym
+
+    try:
+        ds = reasoning_gym.create_dataset(task, size=size, seed=seed, **(params or {}))
+    except Exception as e:
+        raise DataError(f"reasoning-gym task {task!r} with {params}: {e}") from e
+    out = []
+    for i in range(size):
+        entry = ds[i]
+        question = entry["question"]
+        if strip_instruction and ": " in question:
+            question = question.split(": ", 1)[1]
+        out.append(
+            Sample(
+                uid=f"{task}:{seed}:{i}",
+                data_source=f"reasoning_gym/{task}",
+                prompt=[{"role": "user", "content": question}],
+                ground_truth=str(entry["answer"]),
+                extra_info={
+                    "question": entry["question"],
+                    "metadata": json.loads(json.dumps(entry.get("metadata", {}), default=str)),
+                    "index": i,
+                },
+            )
+        )
+    return out
+
+
+def render_prompt(tokenizer: Any, messages: list[dict]) -> str:
+    """The text the model sees before its response.
+
+    A tokenizer with a chat template gets `apply_chat_template(..., add_generation_prompt=True)`; one without (the
+    embedded tiny model) gets the message contents joined by blank lines and one newline after.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+class PromptDataset:
+    """Samples with their prompt token ids; prompts over `max_prompt_length` tokens are dropped and counted.
+
+    Attributes:
+        samples: the kept samples.
+        prompt_ids: token ids of each kept sample's rendered prompt.
+        num_dropped: how many samples were dropped for length.
+        name: dataset name used in metric keys (`val/<name>/acc`).
+
+    Raises:
+        DataError: every prompt was dropped (the message gives the longest-kept limit to raise).
+    """
+
+    def __init__(self, samples: list[Sample], tokenizer: Any, max_prompt_length: int, name: str):
+        self.name = name
+        self.samples: list[Sample] = []
+        self.prompt_ids: list[list[int]] = []
+        self.num_dropped = 0
+        texts = [render_prompt(tokenizer, s.prompt) for s in samples]
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        shortest = None
+        for s, ids in zip(samples, encoded):
+            if len(ids) > max_prompt_length:
+                self.num_dropped += 1
+                shortest = len(ids) if shortest is None else min(shortest, len(ids))
+                continue
+            self.samples.append(s)
+            self.prompt_ids.append(list(ids))
+        if not self.samples:
+            raise DataError(
+                f"dataset {name}: all {len(samples)} prompts are longer than data.max_prompt_length="
+                f"{max_prompt_length} tokens (the shortest has {shortest}); raise data.max_prompt_length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.samples)

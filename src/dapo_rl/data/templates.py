@@ -1,0 +1,43 @@
+"""Prompt templates.
+
+`dapo`: the template of DAPO's released data (DAPO-Math-17k and its AIME 2024 evaluation file) that asks for a final
+"Answer: ..." line, which DAPO's verifier reads.
+"""
+
+from __future__ import annotations
+
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+DAPO_TEMPLATE = DAPO_PREFIX + "{problem}" + DAPO_SUFFIX
+"""DAPO's "Answer:" prompt, with `{problem}` standing for the bare problem text."""
+
+
+def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
+    """Wrap the last user message of a chat in a prompt template.
+
+    Args:
+        messages: chat messages (`{"role", "content"}` dicts); not modified.
+        template: `none` (return as is) or `dapo` (DAPO's "Answer:" template). A message that already holds the
+            DAPO template (the shared AIME 2024 parquet, DAPO's original data) is left alone: never wrapped twice.
+
+    Returns:
+        A new list of messages.
+
+    Raises:
+        ValueError: unknown template name.
+    """
+    if template == "none":
+        return messages
+    if template != "dapo":
+        raise ValueError(f"unknown prompt template {template!r}; choose none or dapo")
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role", "user") == "user":
+            content = m["content"]
+            if not (content.startswith(DAPO_PREFIX.strip()[:40]) or "Answer: $Answer" in content):
+                m["content"] = DAPO_TEMPLATE.format(problem=content)
+            break
+    return out

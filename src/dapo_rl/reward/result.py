@@ -1,0 +1,46 @@
+"""The record every verifier returns, and the one used when scoring itself fails.
+
+The shape follows verl's reward-function convention: a plain ``dict`` with ``score``, ``acc`` and ``pred``,
+so a function written for verl can stand where ours stands and the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+WRONG_SCORE = -1.0
+"""Score of a wrong, missing or unscorable answer on DAPO's ±1 reward scale."""
+
+CORRECT_SCORE = 1.0
+"""Score of a correct answer on DAPO's ±1 reward scale."""
+
+
+class _RequiredScoreFields(TypedDict):
+    score: float
+    acc: bool
+    pred: str
+
+
+class ScoreResult(_RequiredScoreFields, total=False):
+    """What a verifier returns for one response.
+
+    Keys:
+        score: reward on DAPO's ±1 scale (1.0 correct, -1.0 wrong; reasoning-gym partial credit lies between).
+        acc: whether the answer counts as correct (the dynamic-sampling filter groups on this).
+        pred: the answer the verifier extracted from the response (for logs and maj@k).
+        error: present only when scoring raised; ``"<ExceptionType: message>"``.
+    """
+
+    error: str
+
+
+def error_result(exc: BaseException) -> ScoreResult:
+    """Build the result for a response whose scoring raised.
+
+    Args:
+        exc: the exception caught inside a verifier.
+
+    Returns:
+        ``{"score": -1.0, "acc": False, "pred": "", "error": "<ExceptionType: message>"}``.
+    """
+    return {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"{type(exc).__name__}: {exc}"}

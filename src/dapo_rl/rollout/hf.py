@@ -1,0 +1,112 @@
+"""Rollouts through transformers' `generate`: the portable engine that runs on any CPU or GPU."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+
+from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+
+
+class HFRolloutEngine:
+    """Sampling with `model.generate` on the engine's own copy of the policy.
+
+    Args:
+        model: a transformers causal LM; the engine deep-copies it (the trainer pushes new weights with
+            `update_weights`, as it would to a separate inference engine).
+        tokenizer: provides `eos_token_id` and `pad_token_id`.
+        micro_batch_size: sequences (prompts x n) generated together; bounds memory.
+
+    Raises:
+        ValueError: the tokenizer has no eos token.
+    """
+
+    def __init__(self, model, tokenizer, micro_batch_size: int = 512):
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos token: responses could never stop")
+        self.model = copy.deepcopy(model).eval()
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.pad_id = int(
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        self.micro_batch_size = micro_batch_size
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy new weights (HF names) into the engine's model in place."""
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        for name, tensor in named_tensors:
+            if name in params:
+                params[name].copy_(tensor)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """Sample `params.n` responses per prompt.
+
+        Args:
+            prompts: token ids of each prompt (no padding).
+            params: sampling parameters; `temperature == 0` is greedy.
+
+        Returns:
+            For each prompt, `n` `GenerationOutput`s whose log-probs are those of the temperature-scaled
+            distribution (before top-k/top-p), as vLLM's `processed_logprobs` mode.
+        """
+        from transformers import GenerationConfig
+
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        greedy = params.temperature == 0
+        gen_cfg = GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy or params.top_p >= 1.0 else params.top_p,
+            top_k=None if greedy or params.top_k <= 0 else params.top_k,
+            max_new_tokens=params.max_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        n = params.n
+        per_chunk = max(1, self.micro_batch_size // n)
+        results: list[list[GenerationOutput]] = []
+        device = next(self.model.parameters()).device
+        for start in range(0, len(prompts), per_chunk):
+            chunk = prompts[start : start + per_chunk]
+            width = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, p in enumerate(chunk):  # left padding
+                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                mask[i, width - len(p) :] = 1
+            ids = ids.repeat_interleave(n, dim=0).to(device)
+            mask = mask.repeat_interleave(n, dim=0).to(device)
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+            gen = out.sequences[:, width:].cpu()
+            logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, L, V) raw logits
+            if not greedy:
+                logits = logits / params.temperature
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)  # (B, L)
+            is_eos = gen == self.eos_id
+            any_eos = is_eos.any(dim=1)
+            first_eos = torch.where(
+                any_eos, is_eos.int().argmax(dim=1), torch.full_like(any_eos, gen.shape[1], dtype=torch.long)
+            )
+            for i in range(len(chunk)):
+                group = []
+                for j in range(n):
+                    row = i * n + j
+                    stop = bool(any_eos[row])
+                    length = int(first_eos[row]) + 1 if stop else gen.shape[1]
+                    group.append(
+                        GenerationOutput(
+                            token_ids=gen[row, :length].tolist(),
+                            logprobs=logp[row, :length].tolist(),
+                            finish_reason="stop" if stop else "length",
+                        )
+                    )
+                results.append(group)
+        return results

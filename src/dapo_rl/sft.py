@@ -1,0 +1,115 @@
+"""Supervised warm-up (`dapo sft`): builds the embedded base model that `dapo train` starts from.
+
+A tiny Qwen2 model (see `dapo_rl.models.tiny`) learns the response format `Answer: N<eos>` on a reasoning-gym task,
+just long enough to solve a fraction of the problems (20-70%), so that RL has groups with mixed rewards to learn
+from. The model is cached, keyed by a hash of its recipe, so later runs start at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from dapo_rl.config import SFTConfig
+from dapo_rl.data import reasoning_gym_samples, render_prompt
+
+
+def cache_root() -> Path:
+    """`$DAPO_RL_CACHE`, default `~/.cache/dapo_rl`."""
+    return Path(os.environ.get("DAPO_RL_CACHE", Path.home() / ".cache" / "dapo_rl"))
+
+
+def embedded_model_dir(cfg: SFTConfig) -> Path:
+    """Where the embedded base model for this SFT recipe lives (a hash of the recipe names it)."""
+    if cfg.output_dir:
+        return Path(cfg.output_dir)
+    digest = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"
+
+
+def _completion(answer: str, eos: str) -> str:
+    return f"Answer: {answer}{eos}"
+
+
+def run_sft(cfg: SFTConfig, log=print) -> Path:
+    """Train the tiny base model and save it (safetensors + tokenizer) to `embedded_model_dir(cfg)`.
+
+    The write is atomic: a temporary directory renamed into place, so an interrupted run leaves no half model.
+
+    Returns:
+        The model directory, loadable with `AutoModelForCausalLM.from_pretrained`.
+    """
+    from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+    out_dir = embedded_model_dir(cfg)
+    torch.manual_seed(cfg.seed)
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(
+        hidden_size=cfg.hidden_size,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        seed=cfg.seed,
+    )
+    t = cfg.task
+    samples = reasoning_gym_samples(t.task, t.size, t.seed, dict(t.params), t.strip_instruction)
+    prompts = [render_prompt(tok, s.prompt) for s in samples]
+    comps = [_completion(s.ground_truth, tok.eos_token) for s in samples]
+    p_ids = tok(prompts, add_special_tokens=False)["input_ids"]
+    c_ids = tok(comps, add_special_tokens=False)["input_ids"]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    pad = tok.pad_token_id
+    model.train()
+    start = time.time()
+    for step in range(cfg.steps):
+        idx = torch.randint(len(samples), (cfg.batch_size,), generator=gen).tolist()
+        seqs = [p_ids[i] + c_ids[i] for i in idx]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        for r, (i, s) in enumerate(zip(idx, seqs)):
+            ids[r, : len(s)] = torch.tensor(s)
+            attn[r, : len(s)] = 1
+            labels[r, len(p_ids[i]) : len(s)] = torch.tensor(c_ids[i])  # loss on the completion only
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == cfg.steps - 1:
+            log(f"sft step {step:4d}/{cfg.steps}  loss {loss.item():.4f}  {time.time() - start:.0f}s")
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.eval()
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "sft_recipe.json").write_text(json.dumps(asdict(cfg), indent=2))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    log(f"sft: saved the base model to {out_dir} ({time.time() - start:.0f}s)")
+    return out_dir
+
+
+def ensure_embedded_model(cfg: SFTConfig, log=print) -> Path:
+    """The embedded base model's directory, training it first (`run_sft`) when it is not cached yet."""
+    path = embedded_model_dir(cfg)
+    if (path / "config.json").is_file():
+        return path
+    log(f"building the embedded base model (supervised warm-up, {cfg.steps} steps; cached for later runs)")
+    return run_sft(cfg, log=log)
