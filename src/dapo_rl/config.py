@@ -213,7 +213,7 @@ class SFTConfig:
 
     output_dir: str = ""
     """Where to save the model; empty: the embedded model's cache directory."""
-    task: ReasoningGymConfig = field(default_factory=lambda: ReasoningGymConfig(size=200000, seed=1000))
+    task: ReasoningGymConfig = field(default_factory=lambda: ReasoningGymConfig(size=50000, seed=1000))
     steps: int = 700
     batch_size: int = 128
     lr: float = 2e-3

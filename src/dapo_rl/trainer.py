@@ -215,7 +215,7 @@ class Trainer:
         want = cfg.data.train_batch_size
         kept: list[Group] = []
         generated: list[Group] = []
-        rounds = 0
+        rounds = passed = 0
         while True:
             rounds += 1
             indices = self.sampler.next(cfg.data.gen_batch_size)
@@ -229,8 +229,10 @@ class Trainer:
                 gidx = torch.arange(len(groups)).repeat_interleave(cfg.rollout.n)
                 keep = filter_groups(metric, gidx).view(len(groups), cfg.rollout.n)[:, 0]
                 kept.extend(g for g, k in zip(groups, keep.tolist()) if k)
+                passed += int(keep.sum())
             else:
                 kept.extend(groups)
+                passed += len(groups)
             if len(kept) >= want:
                 kept = kept[:want]
                 break

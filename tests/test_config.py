@@ -1,0 +1,81 @@
+"""Config: recipes, dotted overrides, unknown keys with suggestions, validation."""
+
+from pathlib import Path
+
+import pytest
+
+from dapo_rl.config import Config, ConfigError, load_config, to_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_embedded_default_recipe_loads():
+    cfg = load_config()
+    assert cfg.model.path == "embedded"
+    assert cfg.data.train_reasoning_gym.task == "chain_sum"
+    assert cfg.data.val_reasoning_gym.size >= 500
+    assert cfg.data.val_reasoning_gym.seed != cfg.data.train_reasoning_gym.seed != cfg.sft.task.seed
+    assert cfg.algorithm.clip_ratio_low == 0.2 and cfg.algorithm.clip_ratio_high == 0.28
+
+
+def test_configs_dir_at_repo_root_holds_the_shipped_recipes():
+    assert (REPO / "configs" / "tiny_chain_sum.yaml").is_file()
+    cfg = load_config(str(REPO / "configs" / "tiny_chain_sum.yaml"))
+    assert cfg == load_config("tiny_chain_sum")
+
+
+def test_dotted_overrides_are_typed():
+    cfg = load_config(None, ["algorithm.clip_ratio_high=0.3", "rollout.n=4", "data.val_files=[a.parquet,b.jsonl]"])
+    assert cfg.algorithm.clip_ratio_high == 0.3
+    assert cfg.rollout.n == 4
+    assert cfg.data.val_files == ["a.parquet", "b.jsonl"]
+
+
+def test_unknown_key_suggests_close_match():
+    with pytest.raises(ConfigError, match=r"unknown config key 'algorithm.clip_ratio_hgh'.*algorithm.clip_ratio_high"):
+        load_config(None, ["algorithm.clip_ratio_hgh=0.3"])
+
+
+def test_key_in_wrong_section_suggests_right_section():
+    with pytest.raises(ConfigError, match=r"actor.clip_ratio_high.*did you mean algorithm.clip_ratio_high"):
+        load_config(None, ["actor.clip_ratio_high=0.3"])
+
+
+def test_unknown_key_in_recipe_file_names_the_file(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text("trainer:\n  total_steps: 3\n")
+    with pytest.raises(ConfigError, match=r"trainer.total_steps.*r.yaml.*trainer.total_training_steps"):
+        load_config(str(p))
+
+
+def test_wrong_type_is_a_config_error():
+    with pytest.raises(ConfigError, match="rollout.n"):
+        load_config(None, ["rollout.n=many"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algorithm.loss_agg_mode=seq-mean", "loss_agg_mode"),
+        ("data.train_batch_size=33", "multiple of actor.ppo_mini_batch_size"),
+        ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
+        ("algorithm.filter_groups.on_exhausted=ignore", "on_exhausted"),
+        ("rollout.temperature=0", "greedy"),
+    ],
+)
+def test_invalid_values_name_the_setting(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_override_without_equals_sign():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["rollout.n"])
+
+
+def test_resolved_yaml_round_trips(tmp_path):
+    cfg = load_config(None, ["actor.lr=3e-5"])
+    p = tmp_path / "config.yaml"
+    p.write_text(to_yaml(cfg))
+    assert load_config(str(p)) == cfg
+    assert isinstance(cfg, Config)

@@ -1,0 +1,129 @@
+"""Data: real shared files in verl's schema, DAPO template detection, reasoning-gym, resumable sampling."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dapo_rl.data import (
+    DAPO_TEMPLATE,
+    DataError,
+    EpochSampler,
+    PromptDataset,
+    apply_prompt_template,
+    load_samples,
+    reasoning_gym_samples,
+    render_prompt,
+)
+from dapo_rl.models.tiny import build_tiny_tokenizer
+from dapo_rl.reward import compute_score
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+AIME_DAPO = DATA / "aime24_dapo" / "aime-2024.parquet"
+DAPO_17K = DATA / "dapo_math_17k" / "dapo_math_17k.parquet"
+
+
+def test_aime_parquet_is_already_wrapped_and_not_wrapped_twice():
+    raw = load_samples(AIME_DAPO)
+    wrapped = load_samples(AIME_DAPO, template="dapo")
+    assert len(raw) == 960
+    assert raw[0].prompt == wrapped[0].prompt
+    assert wrapped[0].prompt[0]["content"].count("Solve the following math problem") == 1
+    assert raw[0].data_source == "math_dapo"
+    assert raw[0].ground_truth == "540"
+
+
+def test_dapo_17k_bare_problems_get_the_dapo_template():
+    samples = load_samples(DAPO_17K, template="dapo")
+    assert len(samples) == 17917
+    s = samples[0]
+    assert s.ground_truth == "34" and s.data_source == "DAPO-17k"
+    bare = load_samples(DAPO_17K)[0].prompt[0]["content"]
+    assert s.prompt[0]["content"] == DAPO_TEMPLATE.format(problem=bare)
+    # the wrapped prompt survives a second application unchanged
+    assert apply_prompt_template(s.prompt, "dapo") == s.prompt
+
+
+def test_jsonl_rows_and_string_prompts(tmp_path):
+    p = tmp_path / "d.jsonl"
+    rows = [
+        {"data_source": "math_dapo", "prompt": "What is 1+1?", "reward_model": {"ground_truth": 2}},
+        {"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": "4"}, "extra_info": {"k": 1}},
+    ]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    s = load_samples(p)
+    assert [x.ground_truth for x in s] == ["2", "4"]
+    assert s[0].prompt == [{"role": "user", "content": "What is 1+1?"}]
+    assert s[1].extra_info == {"k": 1} and s[1].uid == "d:1"
+
+
+@pytest.mark.parametrize(
+    "row, field",
+    [
+        ({"prompt": "x"}, "reward_model.ground_truth"),
+        ({"prompt": "x", "reward_model": {"ground_truth": "  "}}, "reward_model.ground_truth"),
+        ({"prompt": 3, "reward_model": {"ground_truth": "1"}}, "'prompt'"),
+        ({"prompt": [{"role": "user"}], "reward_model": {"ground_truth": "1"}}, "'prompt'"),
+    ],
+)
+def test_bad_rows_name_file_row_and_field(tmp_path, row, field):
+    p = tmp_path / "bad.jsonl"
+    good = {"prompt": "ok", "reward_model": {"ground_truth": "1"}}
+    p.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(DataError) as e:
+        load_samples(p)
+    assert "bad.jsonl: row 1" in str(e.value) and field in str(e.value)
+
+
+def test_missing_file_and_unknown_suffix(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        load_samples(tmp_path / "nope.parquet")
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match="unsupported file type"):
+        load_samples(tmp_path / "x.csv")
+
+
+def test_reasoning_gym_samples_score_with_their_own_verifier():
+    s = reasoning_gym_samples("chain_sum", 5, 0, {"min_terms": 2, "max_terms": 3}, strip_instruction=True)
+    assert s[0].data_source == "reasoning_gym/chain_sum"
+    assert not s[0].prompt[0]["content"].startswith("State the final answer")
+    assert s[0].prompt[0]["content"].endswith("=")
+    r = compute_score(s[0].data_source, f"Answer: {s[0].ground_truth}", s[0].ground_truth, s[0].extra_info)
+    assert r["acc"] is True and r["score"] == 1.0
+    # the same seed gives the same problems (held-out sets are another seed)
+    assert [x.ground_truth for x in reasoning_gym_samples("chain_sum", 5, 0, {"min_terms": 2, "max_terms": 3})] == [
+        x.ground_truth for x in s
+    ]
+
+
+def test_prompt_dataset_drops_and_counts_long_prompts():
+    tok = build_tiny_tokenizer()
+    samples = load_samples(AIME_DAPO)[:32]
+    lengths = [len(tok(render_prompt(tok, s.prompt), add_special_tokens=False)["input_ids"]) for s in samples]
+    limit = sorted(lengths)[len(lengths) // 2]
+    ds = PromptDataset(samples, tok, limit, "aime")
+    assert ds.num_dropped == sum(n > limit for n in lengths) > 0
+    assert len(ds) == sum(n <= limit for n in lengths)
+    assert all(len(ids) <= limit for ids in ds.prompt_ids)
+    with pytest.raises(DataError, match="raise data.max_prompt_length"):
+        PromptDataset(samples, tok, 10, "aime")
+
+
+def test_render_prompt_without_chat_template_is_contents_and_newline():
+    tok = build_tiny_tokenizer()
+    assert render_prompt(tok, [{"role": "user", "content": "4 + 3 ="}]) == "4 + 3 =\n"
+
+
+def test_sampler_continues_exactly_after_state_round_trip():
+    a = EpochSampler(10, seed=3)
+    first = a.next(7)
+    state = a.state_dict()
+    rest_a = a.next(25)
+    b = EpochSampler(10, seed=3)
+    b.load_state_dict(state)
+    assert b.next(25) == rest_a
+    # each epoch is a permutation
+    c = EpochSampler(10, seed=3)
+    assert sorted(c.next(10)) == list(range(10))
+    assert first == EpochSampler(10, seed=3).next(7)
+    assert EpochSampler(4, shuffle=False).next(6) == [0, 1, 2, 3, 0, 1]

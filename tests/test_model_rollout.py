@@ -1,0 +1,106 @@
+"""The tiny model recipe, the transformers rollout engine and the actor's log-probs, on the real tiny model."""
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dapo_rl.actor import Actor, TrainBatch
+from dapo_rl.config import ActorConfig, AlgorithmConfig
+from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+from dapo_rl.rollout import HFRolloutEngine, SamplingParams
+
+TEXT = "60 + 68 =\nAnswer: 128\n\tLaTeX: $\\frac{1}{2}$, non-ASCII: é ∑ 😀"
+
+
+def test_tokenizer_round_trips_exactly_through_auto_tokenizer(tmp_path):
+    tok = build_tiny_tokenizer()
+    build_tiny_model().save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    ids = again(TEXT, add_special_tokens=False)["input_ids"]
+    assert ids == tok(TEXT, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(TEXT.encode("utf-8"))  # one token per byte
+    assert again.decode(ids) == TEXT  # spaces, newlines, tabs and non-ASCII survive
+    assert again.eos_token_id == 256 and again.pad_token_id == 257
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert 1.4e6 < sum(p.numel() for p in model.parameters()) < 1.6e6
+
+
+def _engine_and_actor(seed=0):
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(seed=seed)
+    engine = HFRolloutEngine(model, tok, micro_batch_size=64)
+    actor = Actor(model, ActorConfig(ppo_micro_batch_size=5), AlgorithmConfig(), temperature=0.7)
+    return tok, engine, actor
+
+
+def test_generate_shapes_finish_reasons_and_seeded_repeatability():
+    tok, engine, _ = _engine_and_actor()
+    prompts = [tok("1 + 2 =\n")["input_ids"], tok("10 - 3 + 4 =\n")["input_ids"]]
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=11)
+    out = engine.generate(prompts, params)
+    assert len(out) == 2 and all(len(g) == 3 for g in out)
+    for g in out:
+        for o in g:
+            assert len(o.token_ids) == len(o.logprobs) <= 6
+            assert all(lp <= 0 for lp in o.logprobs)
+            if o.finish_reason == "stop":
+                assert o.token_ids[-1] == tok.eos_token_id and tok.eos_token_id not in o.token_ids[:-1]
+            else:
+                assert o.finish_reason == "length" and len(o.token_ids) == 6
+    again = engine.generate(prompts, params)
+    assert [[o.token_ids for o in g] for g in out] == [[o.token_ids for o in g] for g in again]
+
+
+def test_sampling_logprobs_match_the_actor_recompute():
+    """The engine's per-token log-probs (after temperature) equal the actor's forward on the same tokens."""
+    tok, engine, actor = _engine_and_actor()
+    prompts = [tok("7 + 8 =\n")["input_ids"], tok("12 - 5 - 1 =\n")["input_ids"], tok("3 =\n")["input_ids"]]
+    out = engine.generate(prompts, SamplingParams(n=4, temperature=0.7, max_tokens=8, seed=5))
+    flat_p = [p for p, g in zip(prompts, out) for _ in g]
+    flat_r = [o.token_ids for g in out for o in g]
+    batch = TrainBatch.build(flat_p, flat_r, torch.zeros(len(flat_r)), torch.ones(len(flat_r)), tok.pad_token_id)
+    recomputed = actor.compute_log_prob(batch)
+    for i, o in enumerate(o for g in out for o in g):
+        diff = (recomputed[i, : len(o.logprobs)] - torch.tensor(o.logprobs)).abs().max()
+        assert diff < 1e-4, diff
+        assert batch.response_mask[i].sum() == len(o.token_ids)
+
+
+def test_update_weights_makes_the_engine_follow_the_actor():
+    tok, engine, actor = _engine_and_actor()
+    prompts = [tok("5 + 5 =\n")["input_ids"]]
+    greedy = SamplingParams(n=1, temperature=0, max_tokens=8)
+    with torch.no_grad():
+        for p in actor.model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    before = engine.generate(prompts, greedy)[0][0].token_ids
+    engine.update_weights(actor.state_dict_for_engine())
+    after = engine.generate(prompts, greedy)[0][0].token_ids
+    ids = torch.tensor([prompts[0]])
+    with torch.no_grad():  # greedy decoding of the actor itself, one token at a time
+        expect = []
+        for _ in range(8):
+            nxt = int(actor.model(ids).logits[0, -1].argmax())
+            expect.append(nxt)
+            if nxt == tok.eos_token_id:
+                break
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    assert after == expect
+    assert before != after
+
+
+def test_update_gradient_does_not_depend_on_micro_batch_split():
+    """Token-mean over a mini-batch: the parameter update with 1 and 4 micro-batches is the same."""
+    tok = build_tiny_tokenizer()
+    prompts = [tok(f"{i} + {i} =\n")["input_ids"] for i in range(8)]
+    responses = [tok("Answer: " + "9" * (i % 4 + 1))["input_ids"] + [tok.eos_token_id] for i in range(8)]
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.1, -0.1])
+    grads = []
+    for micro in (8, 2):
+        model = build_tiny_model(seed=1)
+        actor = Actor(model, ActorConfig(ppo_mini_batch_size=8, ppo_micro_batch_size=micro, grad_clip=1e9, lr=0.0),
+                      AlgorithmConfig())
+        batch = TrainBatch.build(prompts, responses, adv, torch.ones(8), tok.pad_token_id)
+        actor.update(batch, group_size=1)  # lr 0: parameters stay, the accumulated gradient stays
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)

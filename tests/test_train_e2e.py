@@ -1,0 +1,107 @@
+"""End to end: the real `dapo` command on the real tiny model and the shared data files (slow: about 3 minutes)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+REQUIRED = [
+    "step", "train/reward_mean", "train/acc_mean", "train/response_length_mean", "train/response_clip_ratio",
+    "train/entropy", "train/pg_clipfrac_lower", "train/pg_clipfrac_upper", "train/kept_groups",
+    "train/num_gen_batches", "train/grad_norm", "train/lr", "time/step_s", "time/generate_s", "time/update_s",
+]
+SMALL = [
+    "data.train_reasoning_gym.size=2000", "data.val_reasoning_gym.size=100", "trainer.progress_bar=false",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def dapo(*args, cwd=None, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "dapo_rl.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=900
+    )
+
+
+@pytest.fixture(scope="session")
+def base_model(tmp_path_factory):
+    """A short supervised warm-up of the embedded recipe (the real `dapo sft`), shared by the tests."""
+    out = tmp_path_factory.mktemp("base") / "model"
+    r = dapo("sft", "sft.steps=250", "sft.task.size=20000", f"sft.output_dir={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def rows_of(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_checkpoint_and_resume(base_model, tmp_path):
+    run = tmp_path / "run"
+    common = [f"model.path={base_model}", f"trainer.output_dir={run}", "trainer.test_freq=2", "trainer.save_freq=2",
+              "algorithm.filter_groups.on_exhausted=partial", *SMALL]
+    r = dapo("train", *common, "trainer.total_training_steps=3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = rows_of(run)
+    assert [x["step"] for x in rows] == [0, 1, 2, 3]
+    assert "val/chain_sum/acc" in rows[0] and "val/chain_sum/acc" in rows[2] and "val/chain_sum/acc" in rows[3]
+    for row in rows[1:]:
+        missing = [k for k in REQUIRED if k not in row]
+        assert not missing, missing
+        assert row["train/kept_groups"] <= 32 and row["train/num_gen_batches"] >= 1
+        assert 0 <= row["train/acc_mean"] <= 1 and row["train/lr"] == pytest.approx(1e-4)
+    assert (run / "training_dynamics.png").stat().st_size > 10_000
+    assert (run / "config.yaml").read_text().count("total_training_steps: 3") == 1
+
+    # the last step is always saved; checkpoints are Hugging Face directories
+    ckpt = run / "checkpoints" / "global_step_3" / "model"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    assert tok.decode(tok("1 + 2 =\nAnswer: 3")["input_ids"]) == "1 + 2 =\nAnswer: 3"
+    assert sum(p.numel() for p in model.parameters()) > 1e6
+    base = AutoModelForCausalLM.from_pretrained(base_model)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base.parameters()))  # it trained
+
+    # a second run into the same directory without --resume is refused (nothing is overwritten)
+    r = dapo("train", *common, "trainer.total_training_steps=3")
+    assert r.returncode == 2 and "--resume" in r.stderr
+
+    # --resume continues at the next step
+    r = dapo("train", *common, "trainer.total_training_steps=5", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from" in r.stdout + r.stderr and "at step 3" in r.stdout + r.stderr
+    assert [x["step"] for x in rows_of(run)] == [0, 1, 2, 3, 4, 5]
+    assert (run / "checkpoints" / "global_step_5").is_dir()
+
+
+def test_real_data_validates_on_aime_then_stops_with_the_dynamic_sampling_message(base_model, tmp_path):
+    run = tmp_path / "real"
+    r = dapo(
+        "train", f"model.path={base_model}", f"trainer.output_dir={run}",
+        f"data.train_files=[{DATA / 'dapo_math_17k' / 'dapo_math_17k.parquet'}]",
+        f"data.val_files=[{DATA / 'aime24_dapo' / 'aime-2024.parquet'}]",
+        "data.prompt_template=dapo", "data.max_prompt_length=2048", "trainer.total_training_steps=2",
+        "data.gen_batch_size=8", "rollout.n=4", "algorithm.filter_groups.max_num_gen_batches=2",
+        "data.val_max_samples=64", "trainer.progress_bar=false",
+    )
+    assert r.returncode == 3, (r.stdout[-2000:], r.stderr[-3000:])
+    assert "Traceback" not in r.stderr
+    assert "dynamic sampling kept 0 of the 32 prompt groups" in r.stderr
+    assert "max_num_gen_batches" in r.stderr and "on_exhausted=partial" in r.stderr
+    rows = rows_of(run)
+    assert rows[0]["step"] == 0 and rows[0]["val/aime-2024/acc"] == 0.0
+
+
+def test_bad_config_is_one_line_exit_2(tmp_path):
+    r = dapo("train", "algorithm.clip_ratio_hihg=0.3")
+    assert r.returncode == 2 and "did you mean algorithm.clip_ratio_high" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = dapo("train", f"model.path={tmp_path / 'nope'}", f"trainer.output_dir={tmp_path / 'r'}")
+    assert r.returncode == 2 and "model.path" in r.stderr and "no such directory" in r.stderr
