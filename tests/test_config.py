@@ -25,14 +25,18 @@ def test_configs_dir_at_repo_root_holds_the_shipped_recipes():
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config(None, ["algorithm.clip_ratio_high=0.3", "rollout.n=4", "data.val_files=[a.parquet,b.jsonl]"])
+    cfg = load_config(
+        None, ["algorithm.clip_ratio_high=0.3", "rollout.n=4", "data.val_files=[a.parquet,b.jsonl]"]
+    )
     assert cfg.algorithm.clip_ratio_high == 0.3
     assert cfg.rollout.n == 4
     assert cfg.data.val_files == ["a.parquet", "b.jsonl"]
 
 
 def test_unknown_key_suggests_close_match():
-    with pytest.raises(ConfigError, match=r"unknown config key 'algorithm.clip_ratio_hgh'.*algorithm.clip_ratio_high"):
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'algorithm.clip_ratio_hgh'.*algorithm.clip_ratio_high"
+    ):
         load_config(None, ["algorithm.clip_ratio_hgh=0.3"])
 
 

@@ -48,7 +48,11 @@ def test_jsonl_rows_and_string_prompts(tmp_path):
     p = tmp_path / "d.jsonl"
     rows = [
         {"data_source": "math_dapo", "prompt": "What is 1+1?", "reward_model": {"ground_truth": 2}},
-        {"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": "4"}, "extra_info": {"k": 1}},
+        {
+            "prompt": [{"role": "user", "content": "2+2?"}],
+            "reward_model": {"ground_truth": "4"},
+            "extra_info": {"k": 1},
+        },
     ]
     p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     s = load_samples(p)
@@ -91,9 +95,9 @@ def test_reasoning_gym_samples_score_with_their_own_verifier():
     r = compute_score(s[0].data_source, f"Answer: {s[0].ground_truth}", s[0].ground_truth, s[0].extra_info)
     assert r["acc"] is True and r["score"] == 1.0
     # the same seed gives the same problems (held-out sets are another seed)
-    assert [x.ground_truth for x in reasoning_gym_samples("chain_sum", 5, 0, {"min_terms": 2, "max_terms": 3})] == [
-        x.ground_truth for x in s
-    ]
+    assert [
+        x.ground_truth for x in reasoning_gym_samples("chain_sum", 5, 0, {"min_terms": 2, "max_terms": 3})
+    ] == [x.ground_truth for x in s]
 
 
 def test_prompt_dataset_drops_and_counts_long_prompts():

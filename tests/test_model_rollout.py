@@ -58,7 +58,9 @@ def test_sampling_logprobs_match_the_actor_recompute():
     out = engine.generate(prompts, SamplingParams(n=4, temperature=0.7, max_tokens=8, seed=5))
     flat_p = [p for p, g in zip(prompts, out) for _ in g]
     flat_r = [o.token_ids for g in out for o in g]
-    batch = TrainBatch.build(flat_p, flat_r, torch.zeros(len(flat_r)), torch.ones(len(flat_r)), tok.pad_token_id)
+    batch = TrainBatch.build(
+        flat_p, flat_r, torch.zeros(len(flat_r)), torch.ones(len(flat_r)), tok.pad_token_id
+    )
     recomputed = actor.compute_log_prob(batch)
     for i, o in enumerate(o for g in out for o in g):
         diff = (recomputed[i, : len(o.logprobs)] - torch.tensor(o.logprobs)).abs().max()
@@ -98,9 +100,28 @@ def test_update_gradient_does_not_depend_on_micro_batch_split():
     grads = []
     for micro in (8, 2):
         model = build_tiny_model(seed=1)
-        actor = Actor(model, ActorConfig(ppo_mini_batch_size=8, ppo_micro_batch_size=micro, grad_clip=1e9, lr=0.0),
-                      AlgorithmConfig())
+        actor = Actor(
+            model,
+            ActorConfig(ppo_mini_batch_size=8, ppo_micro_batch_size=micro, grad_clip=1e9, lr=0.0),
+            AlgorithmConfig(),
+        )
         batch = TrainBatch.build(prompts, responses, adv, torch.ones(8), tok.pad_token_id)
         actor.update(batch, group_size=1)  # lr 0: parameters stay, the accumulated gradient stays
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_train_batch_packing_and_overlong_filtering_mask():
+    """Prompt+response right-padded; a zero in `loss_mask` (a truncated response under overlong filtering) takes
+    the whole response out of the loss."""
+    prompts = [[5, 6, 7], [8]]
+    responses = [[1, 2], [3, 4, 9, 10]]
+    b = TrainBatch.build(prompts, responses, torch.tensor([1.0, -1.0]), torch.tensor([1.0, 0.0]), pad_id=257)
+    assert b.input_ids.tolist() == [[5, 6, 7, 1, 2], [8, 3, 4, 9, 10]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert b.response_mask.tolist() == [[1, 1, 0, 0], [0, 0, 0, 0]]
+    b2 = TrainBatch.build(prompts, [[1], [3, 4]], torch.zeros(2), torch.ones(2), pad_id=257)
+    assert b2.input_ids.tolist() == [[5, 6, 7, 1], [8, 3, 4, 257]]
+    assert b2.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    sub = b2.slice(torch.tensor([1]))
+    assert sub.input_ids.tolist() == [[8, 3, 4]] and sub.response_mask.tolist() == [[1, 1]]

@@ -12,12 +12,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REQUIRED = [
-    "step", "train/reward_mean", "train/acc_mean", "train/response_length_mean", "train/response_clip_ratio",
-    "train/entropy", "train/pg_clipfrac_lower", "train/pg_clipfrac_upper", "train/kept_groups",
-    "train/num_gen_batches", "train/grad_norm", "train/lr", "time/step_s", "time/generate_s", "time/update_s",
+    "step",
+    "train/reward_mean",
+    "train/acc_mean",
+    "train/response_length_mean",
+    "train/response_clip_ratio",
+    "train/entropy",
+    "train/pg_clipfrac_lower",
+    "train/pg_clipfrac_upper",
+    "train/kept_groups",
+    "train/num_gen_batches",
+    "train/grad_norm",
+    "train/lr",
+    "time/step_s",
+    "time/generate_s",
+    "time/update_s",
 ]
 SMALL = [
-    "data.train_reasoning_gym.size=2000", "data.val_reasoning_gym.size=100", "trainer.progress_bar=false",
+    "data.train_reasoning_gym.size=2000",
+    "data.val_reasoning_gym.size=100",
+    "trainer.progress_bar=false",
 ]
 
 pytestmark = pytest.mark.slow
@@ -26,7 +40,12 @@ pytestmark = pytest.mark.slow
 def dapo(*args, cwd=None, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run(
-        [sys.executable, "-m", "dapo_rl.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=900
+        [sys.executable, "-m", "dapo_rl.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=900,
     )
 
 
@@ -45,13 +64,21 @@ def rows_of(run: Path) -> list[dict]:
 
 def test_train_checkpoint_and_resume(base_model, tmp_path):
     run = tmp_path / "run"
-    common = [f"model.path={base_model}", f"trainer.output_dir={run}", "trainer.test_freq=2", "trainer.save_freq=2",
-              "algorithm.filter_groups.on_exhausted=partial", *SMALL]
+    common = [
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
+        "trainer.test_freq=2",
+        "trainer.save_freq=2",
+        "algorithm.filter_groups.on_exhausted=partial",
+        *SMALL,
+    ]
     r = dapo("train", *common, "trainer.total_training_steps=3")
     assert r.returncode == 0, r.stderr[-3000:]
     rows = rows_of(run)
     assert [x["step"] for x in rows] == [0, 1, 2, 3]
-    assert "val/chain_sum/acc" in rows[0] and "val/chain_sum/acc" in rows[2] and "val/chain_sum/acc" in rows[3]
+    assert (
+        "val/chain_sum/acc" in rows[0] and "val/chain_sum/acc" in rows[2] and "val/chain_sum/acc" in rows[3]
+    )
     for row in rows[1:]:
         missing = [k for k in REQUIRED if k not in row]
         assert not missing, missing
@@ -84,12 +111,19 @@ def test_train_checkpoint_and_resume(base_model, tmp_path):
 def test_real_data_validates_on_aime_then_stops_with_the_dynamic_sampling_message(base_model, tmp_path):
     run = tmp_path / "real"
     r = dapo(
-        "train", f"model.path={base_model}", f"trainer.output_dir={run}",
+        "train",
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
         f"data.train_files=[{DATA / 'dapo_math_17k' / 'dapo_math_17k.parquet'}]",
         f"data.val_files=[{DATA / 'aime24_dapo' / 'aime-2024.parquet'}]",
-        "data.prompt_template=dapo", "data.max_prompt_length=2048", "trainer.total_training_steps=2",
-        "data.gen_batch_size=8", "rollout.n=4", "algorithm.filter_groups.max_num_gen_batches=2",
-        "data.val_max_samples=64", "trainer.progress_bar=false",
+        "data.prompt_template=dapo",
+        "data.max_prompt_length=2048",
+        "trainer.total_training_steps=2",
+        "data.gen_batch_size=8",
+        "rollout.n=4",
+        "algorithm.filter_groups.max_num_gen_batches=2",
+        "data.val_max_samples=64",
+        "trainer.progress_bar=false",
     )
     assert r.returncode == 3, (r.stdout[-2000:], r.stderr[-3000:])
     assert "Traceback" not in r.stderr
