@@ -243,10 +243,11 @@ class Actor:
                 else:
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate these updates used
         self.scheduler.step()
         out = {f"actor/{k}": v / max(tok_total, 1.0) for k, v in sums.items()}
         out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
-        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        out["actor/lr"] = lr
         out["actor/num_skipped_steps"] = skipped
         return out
 

@@ -53,16 +53,21 @@ def _seed_everything(seed: int) -> None:
 
 
 def _rng_state() -> dict:
+    """Every global RNG, as plain lists and tensors (loadable with `torch.load(weights_only=True)`)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": [version, list(mt), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
     }
 
 
 def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
@@ -371,7 +376,7 @@ class Trainer:
                 if last or (t.save_freq > 0 and self.step % t.save_freq == 0):
                     self.save_checkpoint()
                 bar.update(1)
-                bar.write(self._format(row)) if t.progress_bar else self.log(self._format(row))
+                bar.write(self._format(row))
         finally:
             bar.close()
             if self.metrics_path.exists():
@@ -438,7 +443,7 @@ class Trainer:
         return final
 
     def _load_state(self, ckpt: Path) -> None:
-        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
         self.step = int(state["step"])
         self.actor.optimizer.load_state_dict(state["optimizer"])
         self.actor.scheduler.load_state_dict(state["scheduler"])
