@@ -359,7 +359,7 @@ class Trainer:
             total=t.total_training_steps,
             initial=self.step,
             desc="dapo train",
-            disable=not t.progress_bar,
+            disable=None if t.progress_bar else True,  # None: a bar only on a terminal; log files get clean lines
             dynamic_ncols=True,
         )
         try:
