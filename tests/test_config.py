@@ -83,3 +83,19 @@ def test_resolved_yaml_round_trips(tmp_path):
     p.write_text(to_yaml(cfg))
     assert load_config(str(p)) == cfg
     assert isinstance(cfg, Config)
+
+
+def test_a_name_from_another_section_is_suggested_first():
+    with pytest.raises(ConfigError, match=r"'rollout.lr'.*did you mean actor.lr"):
+        load_config(None, ["rollout.lr=1e-5"])
+
+
+def test_a_setting_given_without_equals_sign_as_first_argument():
+    with pytest.raises(ConfigError, match=r"write it as key=value"):
+        load_config("trainer.total_training_steps", ["1"])
+
+
+def test_a_list_setting_given_without_brackets_says_how_to_write_it():
+    with pytest.raises(ConfigError, match=r"data.train_files.*key=\[a,b\]") as e:
+        load_config(None, ["data.train_files=/x.jsonl"])
+    assert "\n" not in str(e.value)

@@ -76,7 +76,7 @@ def test_bad_rows_name_file_row_and_field(tmp_path, row, field):
     p.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(DataError) as e:
         load_samples(p)
-    assert "bad.jsonl: row 1" in str(e.value) and field in str(e.value)
+    assert "bad.jsonl: line 2" in str(e.value) and field in str(e.value)
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):
@@ -131,3 +131,22 @@ def test_sampler_continues_exactly_after_state_round_trip():
     assert sorted(c.next(10)) == list(range(10))
     assert first == EpochSampler(10, seed=3).next(7)
     assert EpochSampler(4, shuffle=False).next(6) == [0, 1, 2, 3, 0, 1]
+
+
+def test_parquet_with_missing_columns_lists_what_it_has(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"question": ["1+1?"], "answer": ["2"]}), p)
+    with pytest.raises(
+        DataError, match=r"wrong.parquet: missing column\(s\) prompt, reward_model.*question, answer"
+    ):
+        load_samples(p)
+
+
+def test_invalid_json_names_the_file_line(tmp_path):
+    p = tmp_path / "broken.jsonl"
+    p.write_text('{"prompt": "a", "reward_model": {"ground_truth": "1"}}\n\n{"prompt": \n')
+    with pytest.raises(DataError, match=r"broken.jsonl: line 3: not valid JSON"):
+        load_samples(p)

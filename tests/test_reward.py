@@ -258,19 +258,25 @@ def test_compute_score_dispatches_reasoning_gym(chain_sum_entries):
         "reasoning_gym/chain_sum", f"Answer: {entry['answer']}", entry["answer"], _extra_info(entry)
     )
     assert result == {"score": 1.0, "acc": True, "pred": entry["answer"]}
-    # The reasoning-gym path strips but does not normalise: "Answer: 1,000"-style rewrites are not applied.
+    # The same final-answer extraction as `math` (a later \\boxed{} wins), light clean-up only.
     result = compute_score(
-        "reasoning_gym/chain_sum", f"Answer: {entry['answer']}.", entry["answer"], _extra_info(entry)
+        "reasoning_gym/chain_sum",
+        f"Answer: 7\n**\\boxed{{{entry['answer']}}}.**",
+        entry["answer"],
+        _extra_info(entry),
     )
-    assert result["pred"] == entry["answer"] + "."
+    assert result == {"score": 1.0, "acc": True, "pred": entry["answer"]}
 
 
 @pytest.mark.parametrize(
     "data_source", ["math_dapo", "DAPO-17k", "aime24", "aime-2025", "math500", "some_new_set"]
 )
-def test_compute_score_math_sources_use_dapo_verifier(data_source):
+def test_compute_score_math_sources_use_the_math_verifier_by_default(data_source):
     assert compute_score(data_source, "Answer: 1,000", "1000") == {"score": 1.0, "acc": True, "pred": "1000"}
-    assert compute_score(data_source, "\\boxed{1000}", "1000")["pred"] == INVALID_PRED
+    assert compute_score(data_source, "\\boxed{1000}", "1000")["acc"] is True
+    # reward.name=math_dapo reproduces DAPO's published scorer, quirks included
+    assert compute_score(data_source, "\\boxed{1000}", "1000", verifier="math_dapo")["pred"] == INVALID_PRED
+    assert compute_score(data_source, "Answer: 1000.", "1000", verifier="math_dapo")["acc"] is False
 
 
 def test_compute_score_unknown_reasoning_gym_task():

@@ -33,6 +33,8 @@ def load_model_and_tokenizer(path: str, dtype: str = "float32", trust_remote_cod
 
     if not os.path.isdir(path):
         raise ConfigError(f"model.path={path}: no such directory (give a local Hugging Face checkpoint)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ConfigError(f"model.path={path}: no config.json, so not a Hugging Face checkpoint directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(

@@ -1,4 +1,4 @@
-"""The `dapo` command: `dapo train`, `dapo sft`, `dapo plot`.
+"""The `dapo` command: `dapo train`, `dapo sft`, `dapo score`, `dapo plot`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds.
@@ -32,6 +32,29 @@ def _parser() -> argparse.ArgumentParser:
     sf = sub.add_parser("sft", help="build the embedded base model (supervised warm-up)")
     sf.add_argument("recipe", nargs="?", help="YAML recipe (its sft: section is used)")
     sf.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=500 sft.output_dir=base")
+    sc = sub.add_parser(
+        "score",
+        help="score responses with a verifier (debug your reward)",
+        description="Score one response (--response-file or --response, with --ground-truth) or a JSONL file "
+        "(--jsonl, rows with `response` and `ground_truth`, optional `data_source` and `extra_info`). Prints one JSON "
+        "line per response ({score, acc, pred, ...}) and a summary on stderr.",
+    )
+    src = sc.add_mutually_exclusive_group(required=True)
+    src.add_argument("--response-file", help="a file holding one response")
+    src.add_argument("--response", help="the response text itself")
+    src.add_argument("--jsonl", help="JSONL file of {response, ground_truth[, data_source, extra_info]} rows")
+    sc.add_argument("--ground-truth", help="reference answer (with --response-file / --response)")
+    sc.add_argument(
+        "--verifier",
+        default="auto",
+        help="auto | math | math_dapo | reasoning_gym[/<task>] | module:function",
+    )
+    sc.add_argument(
+        "--data-source", default="math", help="data_source used by --verifier auto (default: math)"
+    )
+    sc.add_argument("--output", help="write the JSON lines here instead of stdout")
+    sc.add_argument("--num-workers", type=int, default=1, help="scoring processes (default 1)")
+    sc.add_argument("--timeout-s", type=float, default=5.0, help="seconds per answer (default 5)")
     pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
     pl.add_argument("run_dir")
     return p
@@ -60,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"{run}: no metrics.jsonl (is it a run directory?)")
             print(plot_training_dynamics(run / "metrics.jsonl", run / "training_dynamics.png"))
             return 0
+        if args.command == "score":
+            return _score(args)
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
+        if not sys.stderr.isatty():  # keep log files clean of transformers' "Loading weights" bars
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
         if args.command == "sft":
             from dapo_rl.sft import run_sft
 
@@ -85,6 +114,91 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def _read_score_rows(args) -> list[tuple]:
+    """`(data_source, response, ground_truth, extra_info)` items from the `dapo score` arguments."""
+    import json
+    from pathlib import Path
+
+    from dapo_rl.config import ConfigError
+
+    if args.jsonl is None:
+        if args.ground_truth is None:
+            raise ConfigError("--ground-truth is required with --response-file / --response")
+        if args.response_file is not None:
+            path = Path(args.response_file)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"{path}: cannot read the response ({e})") from e
+        else:
+            text = args.response
+        return [(args.data_source, text, args.ground_truth, None)]
+    path = Path(args.jsonl)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    items = []
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ConfigError(f"{path}: line {i + 1}: not valid UTF-8 JSON ({e})") from e
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}: line {i + 1}: expected an object")
+            for key in ("response", "ground_truth"):
+                if key not in row or row[key] is None:
+                    raise ConfigError(f"{path}: line {i + 1}: field {key!r} is missing")
+            if not isinstance(row["response"], str):
+                raise ConfigError(f"{path}: line {i + 1}: field 'response' must be a string")
+            items.append(
+                (
+                    str(row.get("data_source", args.data_source)),
+                    row["response"],
+                    row["ground_truth"],
+                    row.get("extra_info"),
+                )
+            )
+    return items
+
+
+def _score(args) -> int:
+    """`dapo score`: JSON lines of {score, acc, pred[, error, timeout]} and a summary."""
+    import json
+    import time
+
+    from dapo_rl.config import ConfigError
+    from dapo_rl.reward.pool import RewardPool, summarize
+
+    items = _read_score_rows(args)
+    try:
+        pool = RewardPool(args.verifier, num_workers=args.num_workers, timeout_s=args.timeout_s)
+    except ValueError as e:
+        raise ConfigError(f"--verifier: {e}") from e
+    t0 = time.perf_counter()
+    with pool:
+        results = pool.score(items)
+    elapsed = time.perf_counter() - t0
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        for r in results:
+            out.write(json.dumps(r, ensure_ascii=False) + "\n")
+    finally:
+        if args.output:
+            out.close()
+    n = len(results)
+    summary = {
+        "responses": n,
+        "acc_mean": sum(bool(r["acc"]) for r in results) / max(n, 1),
+        "score_mean": sum(float(r["score"]) for r in results) / max(n, 1),
+        **summarize(results),
+        "responses_per_s": n / elapsed if elapsed > 0 else None,
+    }
+    print(json.dumps(summary), file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -137,6 +137,37 @@ class AlgorithmConfig:
 
 
 @dataclass
+class RepetitionPenaltyConfig:
+    """MiroMind-M1's repetition penalty: `-factor * (share of the response inside a repeating loop)`, added to the
+    score (never to `acc`). See `dapo_rl.reward.shaping`."""
+
+    enable: bool = False
+    factor: float = 1.0
+    min_repeats: int = 3
+    """Copies of a block needed to call it a loop."""
+    max_period: int = 128
+    """Longest repeated block looked for, in tokens."""
+    min_tokens: int = 32
+    """Shortest loop counted, in tokens."""
+
+
+@dataclass
+class RewardConfig:
+    """How responses are scored (`dapo_rl.reward`)."""
+
+    name: str = "auto"
+    """Verifier: `auto` (by each row's data_source: reasoning_gym/<task> rows use reasoning-gym, the rest `math`),
+    `math` (final answer from "Answer:" or \\boxed{}, symbolic equivalence via math-verify), `math_dapo` (DAPO's
+    published scorer, quirks included, to reproduce the paper), `reasoning_gym`, or `module:function` (a user
+    function with verl's signature, imported only when named here)."""
+    timeout_s: float = 5.0
+    """Seconds one answer may take to score; past it the worker is killed and the answer scores as wrong."""
+    num_workers: int = 1
+    """Scoring processes (0: score in the trainer's process, without the hard time limit)."""
+    repetition_penalty: RepetitionPenaltyConfig = field(default_factory=RepetitionPenaltyConfig)
+
+
+@dataclass
 class ValKwargsConfig:
     """Sampling used for validation."""
 
@@ -235,6 +266,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
@@ -270,10 +302,13 @@ def _all_keys(cls: type, prefix: str = "") -> list[str]:
 
 def _unknown_key_error(key: str, source: str) -> ConfigError:
     keys = _all_keys(Config)
-    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
-    if not close:  # match on the last component (e.g. `clip_ratio_hi` under the wrong section)
-        leaf = key.rsplit(".", 1)[-1]
-        close = [k for k in keys if difflib.get_close_matches(leaf, [k.rsplit(".", 1)[-1]], cutoff=0.75)][:3]
+    leaf = key.rsplit(".", 1)[-1]
+    # the same name under another section first (`rollout.lr` -> `actor.lr`), then close spellings
+    close = [k for k in keys if k.rsplit(".", 1)[-1] == leaf and k != key]
+    close += [k for k in difflib.get_close_matches(key, keys, n=3, cutoff=0.6) if k not in close]
+    if not close:  # a misspelt name under the wrong section (`actor.clip_ratio_hi`)
+        close = [k for k in keys if difflib.get_close_matches(leaf, [k.rsplit(".", 1)[-1]], cutoff=0.75)]
+    close = close[:3]
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     return ConfigError(f"unknown config key {key!r} in {source}{hint}")
 
@@ -329,14 +364,21 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
     elif os.path.exists(recipe):
         path = Path(recipe)
     elif not str(recipe).endswith((".yaml", ".yml")) and os.sep not in str(recipe):
-        path = recipe_path(str(recipe))
+        try:
+            path = recipe_path(str(recipe))
+        except ConfigError as e:
+            if "." in str(recipe):  # `dapo train rollout.n 8`: an override without its `=`
+                raise ConfigError(
+                    f"{e}. If {recipe!r} is a setting, write it as key=value (e.g. {recipe}=...)"
+                ) from e
+            raise
     else:
         raise ConfigError(f"recipe file {recipe} does not exist")
     schema = OmegaConf.structured(Config)
     try:
         loaded = OmegaConf.load(path)
     except Exception as e:  # yaml errors carry line numbers
-        raise ConfigError(f"cannot read recipe {path}: {e}") from e
+        raise ConfigError(f"cannot read recipe {path}: {' '.join(str(e).split())}") from e
     raw = OmegaConf.to_container(loaded) if loaded is not None else {}
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -351,7 +393,12 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
         raise _unknown_key_error(str(getattr(e, "full_key", e)), "config") from e
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
-        raise ConfigError(f"invalid value for {key}: {getattr(e, 'msg', e)}" if key else str(e)) from e
+        msg = (
+            str(getattr(e, "msg", e)).strip().splitlines()[0]
+        )  # OmegaConf appends internals on further lines
+        if "ListConfig" in msg:
+            msg = "expected a list, written in brackets: key=[a,b] (or key=[a] for one item)"
+        raise ConfigError(f"invalid value for {key}: {msg}" if key else msg) from e
     validate_config(cfg)
     return cfg
 
@@ -384,6 +431,16 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(f"algorithm.clip_ratio_low={a.clip_ratio_low} must be in [0, 1)")
     if a.clip_ratio_high < 0:
         raise ConfigError(f"algorithm.clip_ratio_high={a.clip_ratio_high} must be >= 0")
+    try:
+        from dapo_rl.reward.score import resolve_verifier
+
+        resolve_verifier(cfg.reward.name)
+    except ValueError as e:
+        raise ConfigError(f"reward.name: {e}") from e
+    if cfg.reward.timeout_s <= 0:
+        raise ConfigError(f"reward.timeout_s={cfg.reward.timeout_s} must be > 0")
+    if cfg.reward.num_workers < 0:
+        raise ConfigError(f"reward.num_workers={cfg.reward.num_workers} must be >= 0")
     if a.clip_ratio_c <= 1:
         raise ConfigError(f"algorithm.clip_ratio_c={a.clip_ratio_c} must be > 1")
     for key, val in (

@@ -22,7 +22,8 @@ from dapo_rl.actor import Actor, TrainBatch, load_model_and_tokenizer
 from dapo_rl.algo import compute_grpo_advantages, filter_groups, overlong_penalty
 from dapo_rl.config import Config, ConfigError, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, Sample, load_samples, reasoning_gym_samples
-from dapo_rl.reward import compute_score
+from dapo_rl.reward.pool import RewardPool
+from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams, build_engine
 
 EXIT_DYNAMIC_SAMPLING_EXHAUSTED = 3
@@ -44,6 +45,7 @@ class Group:
     scores: list[float]  # shaped: verifier score + overlong penalty
     accs: list[float]
     lengths: list[int] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)  # verifier outcome per response: ok, error, timeout
 
 
 def _seed_everything(seed: int) -> None:
@@ -94,10 +96,16 @@ class Trainer:
         if resume and ckpt is None:
             raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         if not resume and self.metrics_path.exists():
+            if ckpt is not None:
+                raise ConfigError(
+                    f"trainer.output_dir={self.out} already holds a run; pass --resume to continue it from "
+                    f"{ckpt.name}, or choose another trainer.output_dir"
+                )
             raise ConfigError(
-                f"trainer.output_dir={self.out} already holds a run; pass --resume to continue it, or choose another "
-                "trainer.output_dir"
+                f"trainer.output_dir={self.out} holds the metrics of an earlier run that saved no checkpoint, so there "
+                "is nothing to resume; remove that directory or choose another trainer.output_dir"
             )
+
         if t.num_threads > 0:
             torch.set_num_threads(t.num_threads)
         _seed_everything(t.seed)
@@ -127,6 +135,7 @@ class Trainer:
         self.sampler = EpochSampler(len(self.train_data), seed=t.seed, shuffle=cfg.data.shuffle)
         self.actor = Actor(model, cfg.actor, cfg.algorithm, temperature=cfg.rollout.temperature)
         self.engine = build_engine(cfg.rollout.name, model, self.tokenizer, cfg.rollout.micro_batch_size)
+        self.reward_pool = RewardPool(cfg.reward.name, cfg.reward.num_workers, cfg.reward.timeout_s)
         self.step = 0
         if ckpt is not None:
             self._load_state(ckpt)
@@ -165,14 +174,23 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------------------------------- rollout
-    def _score(self, samples: list[Sample], outputs) -> tuple[list[list[float]], list[list[float]]]:
-        scores, accs = [], []
+    def _score(
+        self, samples: list[Sample], outputs
+    ) -> tuple[list[list[float]], list[list[float]], list[list[str]]]:
+        """Verifier scores, correctness and status (`ok`, `error`, `timeout`) per group, through the reward pool."""
+        items = []
         for s, group in zip(samples, outputs):
             texts = self.tokenizer.batch_decode([o.token_ids for o in group], skip_special_tokens=True)
-            rs = [compute_score(s.data_source, txt, s.ground_truth, s.extra_info) for txt in texts]
+            items.extend((s.data_source, txt, s.ground_truth, s.extra_info) for txt in texts)
+        results = self.reward_pool.score(items)
+        scores, accs, status, k = [], [], [], 0
+        for group in outputs:
+            rs = results[k : k + len(group)]
+            k += len(group)
             scores.append([float(r["score"]) for r in rs])
             accs.append([float(bool(r["acc"])) for r in rs])
-        return scores, accs
+            status.append(["timeout" if r.get("timeout") else "error" if "error" in r else "ok" for r in rs])
+        return scores, accs, status
 
     def generate_groups(self, indices: list[int], seed: int) -> list[Group]:
         """Sample `rollout.n` responses for each training prompt, score and shape them."""
@@ -189,18 +207,25 @@ class Trainer:
             seed=seed,
         )
         outputs = self.engine.generate(prompts, params)
-        scores, accs = self._score(samples, outputs)
+        scores, accs, status = self._score(samples, outputs)
         groups = []
         ob = cfg.algorithm.overlong_buffer
-        for s, p, outs, sc, ac in zip(samples, prompts, outputs, scores, accs):
+        rp = cfg.reward.repetition_penalty
+        for s, p, outs, sc, ac, st in zip(samples, prompts, outputs, scores, accs, status):
             lengths = [len(o.token_ids) for o in outs]
             if ob.enable:
                 pen = overlong_penalty(
                     torch.tensor(lengths), cfg.data.max_response_length, ob.len, ob.penalty_factor
                 )
                 sc = [a + float(b) for a, b in zip(sc, pen)]
+            if rp.enable:
+                sc = [
+                    a
+                    + repetition_penalty(o.token_ids, rp.factor, rp.min_repeats, rp.max_period, rp.min_tokens)
+                    for a, o in zip(sc, outs)
+                ]
             groups.append(
-                Group(s, p, [o.token_ids for o in outs], [o.finish_reason for o in outs], sc, ac, lengths)
+                Group(s, p, [o.token_ids for o in outs], [o.finish_reason for o in outs], sc, ac, lengths, st)
             )
         return groups
 
@@ -260,6 +285,7 @@ class Trainer:
         all_accs = [v for g in generated for v in g.accs]
         lengths = [v for g in generated for v in g.lengths]
         truncated = [f == "length" for g in generated for f in g.finish_reasons]
+        status = [v for g in generated for v in g.status]
         stats = {
             "train/reward_mean": float(np.mean(all_scores)),
             "train/acc_mean": float(np.mean(all_accs)),
@@ -268,9 +294,9 @@ class Trainer:
             "train/response_clip_ratio": float(np.mean(truncated)),
             "train/kept_groups": len(kept),
             "train/num_gen_batches": rounds,
-            "train/kept_group_ratio": len(kept) / max(len(generated), 1)
-            if len(kept) < want
-            else want / max(len(generated), 1),
+            "train/filter_pass_ratio": passed / len(generated),
+            "reward/error_rate": status.count("error") / len(status),
+            "reward/timeout_rate": status.count("timeout") / len(status),
         }
         return kept, stats
 
@@ -305,7 +331,7 @@ class Trainer:
         out = {}
         for ds in self.val_data:
             outputs = self.engine.generate(ds.prompt_ids, params)
-            _, accs = self._score(ds.samples, outputs)
+            _, accs, _ = self._score(ds.samples, outputs)
             out[f"val/{ds.name}/acc"] = float(np.mean([a for g in accs for a in g]))
             out[f"val/{ds.name}/response_length_mean"] = float(
                 np.mean([len(o.token_ids) for g in outputs for o in g])
@@ -359,7 +385,9 @@ class Trainer:
             total=t.total_training_steps,
             initial=self.step,
             desc="dapo train",
-            disable=None if t.progress_bar else True,  # None: a bar only on a terminal; log files get clean lines
+            disable=None
+            if t.progress_bar
+            else True,  # None: a bar only on a terminal; log files get clean lines
             dynamic_ncols=True,
         )
         try:
@@ -379,6 +407,7 @@ class Trainer:
                 bar.write(self._format(row))
         finally:
             bar.close()
+            self.reward_pool.close()
             if self.metrics_path.exists():
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows

@@ -37,17 +37,28 @@ class Sample:
     extra_info: dict = field(default_factory=dict)
 
 
-def _read_rows(path: Path) -> list[dict]:
+REQUIRED_COLUMNS = ("prompt", "reward_model")
+
+
+def _read_rows(path: Path) -> list[tuple[str, Any]]:
+    """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL."""
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(f"{path.resolve()}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            table = pq.read_table(path)
         except Exception as e:
             raise DataError(f"{path}: not a readable parquet file ({e})") from e
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise DataError(
+                f"{path}: missing column(s) {', '.join(missing)} (verl schema: data_source, prompt, "
+                f"reward_model.ground_truth, extra_info); the file has {', '.join(table.column_names)}"
+            )
+        return [(f"row {i}", r) for i, r in enumerate(table.to_pylist())]
     if suffix in (".jsonl", ".json"):
         rows = []
         with open(path, "rb") as fh:
@@ -55,15 +66,20 @@ def _read_rows(path: Path) -> list[dict]:
                 if not raw.strip():
                     continue
                 try:
-                    rows.append(json.loads(raw.decode("utf-8")))
+                    rows.append((f"line {i + 1}", json.loads(raw.decode("utf-8"))))
                 except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise DataError(f"{path}: row {i}: not valid UTF-8 JSON ({e})") from e
+                    reason = (
+                        "not valid UTF-8"
+                        if isinstance(e, UnicodeDecodeError)
+                        else f"not valid JSON ({e.msg})"
+                    )
+                    raise DataError(f"{path}: line {i + 1}: {reason}") from e
         return rows
     raise DataError(f"{path}: unsupported file type {suffix!r}; use .parquet or .jsonl")
 
 
-def _normalise_row(row: Any, path: Path, i: int, name: str) -> Sample:
-    where = f"{path}: row {i}"
+def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
+    where = f"{path}: {at}"
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected an object, got {type(row).__name__}")
     prompt = row.get("prompt")
@@ -102,12 +118,13 @@ def load_samples(path: str | Path, template: str = "none") -> list[Sample]:
         One `Sample` per row, in file order; `uid` is `<file stem>:<row>`.
 
     Raises:
-        DataError: missing or unreadable file, invalid UTF-8/JSON, or a row without a usable `prompt` or
-            `reward_model.ground_truth` (the message names file, row and field).
+        DataError: missing or unreadable file, missing columns, invalid UTF-8/JSON, or a row without a usable
+            `prompt` or `reward_model.ground_truth` (the message names the file, the row — `row N` counted from 0
+            in parquet, `line N` counted from 1 in JSONL — and the field).
     """
     path = Path(path)
     rows = _read_rows(path)
-    samples = [_normalise_row(r, path, i, path.stem) for i, r in enumerate(rows)]
+    samples = [_normalise_row(r, path, at, i, path.stem) for i, (at, r) in enumerate(rows)]
     for s in samples:
         s.prompt = apply_prompt_template(s.prompt, template)
     return samples

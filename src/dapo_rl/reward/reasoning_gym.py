@@ -1,8 +1,9 @@
-"""Verifier for reasoning-gym tasks: the "Answer:" line scored by reasoning-gym's own ``score_answer``.
+"""Verifier for reasoning-gym tasks: the final answer scored by reasoning-gym's own ``score_answer``.
 
 reasoning-gym (https://github.com/open-thought/reasoning-gym) generates procedural reasoning tasks
 (``chain_sum``, ``basic_arithmetic``, ...) and ships a scorer per task that returns a value in [0, 1], some
-with partial credit. Here the response's final answer is read the DAPO way (the last "Answer:" line) and that
+with partial credit. Here the response's final answer is read as the `math` verifier reads it (the last "Answer:" line or
+``\\boxed{}``) and that
 score is mapped onto DAPO's ±1 reward scale, so reasoning-gym tasks and math data share one convention.
 
 ``reasoning_gym`` is imported on first use, so math-only scoring does not pay for its import.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
-from dapo_rl.reward.math_dapo import last_answer_line
+from dapo_rl.reward.extract import extract_final_answer
 from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, error_result
 
 ACC_TOLERANCE = 1e-9
@@ -64,9 +65,10 @@ def compute_score_reasoning_gym(
 ) -> ScoreResult:
     """Score one response to a reasoning-gym task on DAPO's ±1 scale.
 
-    The answer is the content of the last "Answer:" line (``(?i)Answer\\s*:\\s*([^\\n]+)``), stripped,
-    searched in the whole response (not only its last 300 characters as for math: reasoning-gym answers such
-    as lists or grids can be long). It is scored with
+    The answer is taken by the same final-answer extraction as the `math` verifier
+    (`dapo_rl.reward.extract.extract_final_answer`: the last "Answer:" line or the last ``\\boxed{}``, whichever
+    comes later, searched in the whole response), with surrounding markdown, backticks, dollars and a trailing
+    period removed, but no further normalisation (reasoning-gym answers can be lists or grids). It is scored with
     ``reasoning_gym.get_score_answer_fn(task)(answer, entry)`` where ``entry = {"question":
     extra_info["question"], "answer": ground_truth, "metadata": extra_info["metadata"]}``.
 
@@ -82,7 +84,7 @@ def compute_score_reasoning_gym(
 
     Returns:
         ``{"score": 2*s - 1, "acc": s >= 1 - 1e-9, "pred": answer}`` with ``s`` the reasoning-gym score
-        clipped to [0, 1]. Without an "Answer:" line: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
+        clipped to [0, 1]. Without a final answer: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
         scorer is not called). Never raises: any failure (unknown task, malformed metadata, a scorer that
         raises or returns a non-finite value) returns ``score=-1.0``, ``acc=False``, ``pred=""`` and an
         ``error`` key ``"<ExceptionType: message>"``.
@@ -92,10 +94,10 @@ def compute_score_reasoning_gym(
     """
     try:
         score_fn = score_answer_fn(task)
-        answer_line = last_answer_line(solution_str)
-        if answer_line is None:
+        answer = extract_final_answer(solution_str)
+        if answer is None:
             return {"score": WRONG_SCORE, "acc": False, "pred": ""}
-        pred = answer_line.strip()
+        pred = answer.strip().strip("*`$ ").rstrip(".").strip()
         info: Mapping[str, Any] = extra_info if extra_info is not None else {}
         question = info.get("question")
         entry = {

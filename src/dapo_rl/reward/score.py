@@ -1,16 +1,118 @@
-"""verl-style reward entry point: pick the verifier for a row's ``data_source`` and score one response."""
+"""verl-style reward entry point and the verifier registry.
+
+`get_verifier(name)` gives a callable `(solution_str, ground_truth, extra_info=None) -> {"score", "acc", "pred"}`:
+
+| name | verifier |
+|---|---|
+| `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify |
+| `math_dapo` | DAPO's published "Answer:" scorer, bit-compatible, quirks included (reproduces the paper's numbers) |
+| `reasoning_gym` | the task's own `score_answer`; the task is `reasoning_gym/<task>` in the name or the row's data source |
+| `module:function` | a user function with verl's signature `(data_source, solution_str, ground_truth, extra_info)`, imported only when the config names it |
+
+`compute_score(data_source, ...)` picks by `verifier` (`reward.name` in the config) or, with `auto`, by the row's
+`data_source`: `reasoning_gym/<task>` rows go to reasoning-gym, everything else to `math`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
+from functools import cache, partial
 from typing import Any
 
 from dapo_rl.reward.math_dapo import compute_score_math_dapo
 from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
-from dapo_rl.reward.result import ScoreResult
+from dapo_rl.reward.result import ScoreResult, error_result
 
 REASONING_GYM_PREFIX = "reasoning_gym/"
 """``data_source`` prefix of reasoning-gym rows; the rest is the task: ``"reasoning_gym/chain_sum"``."""
+
+VERIFIERS = ("auto", "math", "math_dapo", "reasoning_gym")
+"""Built-in verifier names (plus `reasoning_gym/<task>` and `module:function`)."""
+
+Verifier = Callable[..., ScoreResult]
+
+
+def _math(solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0) -> ScoreResult:
+    from dapo_rl.reward.math_verifier import compute_score_math
+
+    return compute_score_math(solution_str, ground_truth, timeout_s=timeout_s)
+
+
+def _math_dapo(
+    solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0
+) -> ScoreResult:
+    return compute_score_math_dapo(solution_str, ground_truth)
+
+
+def _reasoning_gym(
+    solution_str: str, ground_truth: Any, extra_info=None, *, task: str | None = None, timeout_s: float = 5.0
+) -> ScoreResult:
+    if task is None:
+        meta = (extra_info or {}).get("metadata") or {}
+        task = meta.get("source_dataset") if isinstance(meta, Mapping) else None
+        if not task:
+            return error_result(ValueError("reasoning_gym verifier: no task (name it reasoning_gym/<task>)"))
+    return compute_score_reasoning_gym(task, solution_str, ground_truth, extra_info)
+
+
+@cache
+def _user_function(spec: str) -> Callable[..., Any]:
+    module, _, func = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"reward.name={spec!r}: cannot import {func!r} from module {module!r} ({e})") from e
+    if not callable(fn):
+        raise ValueError(f"reward.name={spec!r}: {func!r} is not callable")
+    return fn
+
+
+def resolve_verifier(name: str) -> Verifier | None:
+    """The verifier callable for a name; None for `auto` (chosen per row by `data_source`).
+
+    Raises:
+        ValueError: unknown name, or a `module:function` that cannot be imported.
+    """
+    if name == "auto":
+        return None
+    if name == "math":
+        return _math
+    if name == "math_dapo":
+        return _math_dapo
+    if name == "reasoning_gym":
+        return _reasoning_gym
+    if name.startswith(REASONING_GYM_PREFIX):
+        return partial(_reasoning_gym, task=name[len(REASONING_GYM_PREFIX) :])
+    if ":" in name:
+        fn = _user_function(name)
+
+        def user(solution_str, ground_truth, extra_info=None, *, timeout_s=5.0, data_source=""):
+            out = fn(data_source, solution_str, ground_truth, extra_info)
+            if isinstance(out, Mapping):
+                res = dict(out)
+                res.setdefault("acc", float(res.get("score", 0.0)) > 0)
+                res.setdefault("pred", "")
+                return res
+            return {"score": float(out), "acc": float(out) > 0, "pred": ""}
+
+        user.accepts_data_source = True  # type: ignore[attr-defined]
+        return user
+    raise ValueError(
+        f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}, reasoning_gym/<task>, or module:function"
+    )
+
+
+def get_verifier(name: str) -> Verifier:
+    """A callable `(solution_str, ground_truth, extra_info=None) -> {"score", "acc", "pred"}` for a verifier name.
+
+    Raises:
+        ValueError: unknown name (or `auto`, which needs a data source: use `compute_score`).
+    """
+    fn = resolve_verifier(name)
+    if fn is None:
+        raise ValueError("verifier 'auto' picks per row by data_source: call compute_score(data_source, ...)")
+    return fn
 
 
 def compute_score(
@@ -18,20 +120,20 @@ def compute_score(
     solution_str: str,
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
+    *,
+    verifier: str = "auto",
+    timeout_s: float = 5.0,
 ) -> ScoreResult:
-    """Score one response against its row's ground truth, with the verifier its ``data_source`` asks for.
-
-    Dispatch:
-        * ``"reasoning_gym/<task>"`` -> :func:`compute_score_reasoning_gym` with ``task``.
-        * everything else -> DAPO's "Answer:" verifier :func:`compute_score_math_dapo`. That covers the math
-          sources (``"math_dapo"``, ``"DAPO-17k"``, ``"aime..."``, ``"math..."``) and, by design, any unknown
-          ``data_source``: DAPO's prompt template asks every math problem for an "Answer:" line.
+    """Score one response against its row's ground truth.
 
     Args:
-        data_source: the row's ``data_source`` (verl schema); a non-``str`` value is converted with ``str()``.
+        data_source: the row's ``data_source`` (verl schema); selects the verifier when ``verifier`` is `auto`:
+            ``reasoning_gym/<task>`` -> reasoning-gym's own scorer, anything else -> `math`.
         solution_str: the decoded response (prompt excluded).
-        ground_truth: the row's ``reward_model.ground_truth``.
+        ground_truth: the row's ``reward_model.ground_truth`` (str, int or float).
         extra_info: the row's ``extra_info`` (reasoning-gym reads ``question`` and ``metadata`` from it).
+        verifier: `auto` or a name for `get_verifier` (the config's ``reward.name``).
+        timeout_s: time limit handed to the verifier's own symbolic checks (the process pool enforces it hard).
 
     Returns:
         ``{"score": float, "acc": bool, "pred": str}`` on DAPO's ±1 scale, plus ``"error"`` only when scoring
@@ -41,7 +143,15 @@ def compute_score(
     ground_truth, extra_info)``), so verl recipes can point at this function.
     """
     source = str(data_source)
-    if source.startswith(REASONING_GYM_PREFIX):
-        task = source[len(REASONING_GYM_PREFIX) :]
-        return compute_score_reasoning_gym(task, solution_str, ground_truth, extra_info)
-    return compute_score_math_dapo(solution_str, ground_truth)
+    try:
+        fn = resolve_verifier(verifier)
+        if fn is None:
+            if source.startswith(REASONING_GYM_PREFIX):
+                fn = partial(_reasoning_gym, task=source[len(REASONING_GYM_PREFIX) :])
+            else:
+                fn = _math
+        if getattr(fn, "accepts_data_source", False):
+            return fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s, data_source=source)
+        return fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s)
+    except Exception as e:  # a verifier must never take training down
+        return error_result(e)

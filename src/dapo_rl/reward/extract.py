@@ -1,0 +1,742 @@
+"""Final-answer extraction, answer cleaning and hedge detection for the math verifier.
+
+Three steps turn a model response into a comparable answer string:
+
+1. :func:`extract_final_answer` finds the *last* final answer: the last "Answer:" line (DAPO's prompt template;
+   also "**Answer:**", "Final Answer: The final answer is ...") or the last ``\\boxed{...}`` / ``\\fbox{...}``,
+   whichever comes later in the text. Boxes that end the response one after another ("\\boxed{1} and
+   \\boxed{2}") are read together as one list answer. Only the last answer counts, so an earlier right answer
+   followed by a wrong one is wrong.
+2. :func:`clean_answer` strips presentation: Markdown, math delimiters, ``\\text{}`` wrappers, units,
+   trailing punctuation, thousands separators, "x =" assignments, zero padding, "27.0" -> "27" and so on.
+3. :func:`is_hedged` flags answers that offer several candidates ("540 or 541", "either 3 or 4",
+   "540, 541" for a single-valued ground truth); the verifier scores those as wrong.
+
+Pure string code: no sympy, no ``eval``; model output is never executed.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "BOX_COMMANDS",
+    "clean_answer",
+    "extract_final_answer",
+    "find_boxed",
+    "has_top_level_equation",
+    "is_hedged",
+    "is_multi_valued",
+    "looks_like_prose",
+    "split_top_level",
+]
+
+BOX_COMMANDS: tuple[str, ...] = ("boxed", "fbox")
+"""LaTeX commands whose argument is read as the final answer."""
+
+_ANSWER_ANCHOR = re.compile(r"(?i)(?:answer\s*(?:\*\*|__)?\s*:|final\s+answer\s+is\b\s*:?)")
+"""An answer anchor: "Answer:" (any case, also "**Answer**:") or Minerva's "The final answer is"."""
+
+_BOX_START = re.compile(r"\\(?:" + "|".join(BOX_COMMANDS) + r")\b\s*")
+
+_MAX_MERGE_SEPARATOR_CHARS = 60
+"""Two boxes are read as one list answer only when at most this much text separates them."""
+
+
+# --- locating answers ------------------------------------------------------------------------------------
+
+
+def _match_brace(text: str, open_index: int) -> int | None:
+    """Index of the ``}`` closing the ``{`` at ``open_index``; escaped ``\\{`` / ``\\}`` do not count."""
+    depth = 0
+    i = open_index
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Map each ``{`` that is closed to its ``}`` in one pass (escaped ``\\{`` / ``\\}`` do not count).
+
+    One stack pass keeps box finding linear even for degenerate text ("\\boxed{" repeated without end).
+    """
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
+def find_boxed(text: str) -> list[tuple[int, int, str]]:
+    """All ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, outermost only, in order of appearance.
+
+    Args:
+        text: any string.
+
+    Returns:
+        ``(start, end, content)`` per box: ``text[start:end]`` is the whole command, ``content`` its argument
+        (nested braces kept). ``\\boxed 5`` (no braces) gives the next token. A box without its closing brace
+        (a truncated response) is skipped.
+    """
+    boxes: list[tuple[int, int, str]] = []
+    pairs: dict[int, int] | None = None
+    pos = 0
+    while True:
+        match = _BOX_START.search(text, pos)
+        if match is None:
+            return boxes
+        start, after = match.start(), match.end()
+        if after < len(text) and text[after] == "{":
+            if pairs is None:
+                pairs = _brace_pairs(text)
+            close = pairs.get(after)
+            if close is None:
+                pos = after
+                continue
+            boxes.append((start, close + 1, text[after + 1 : close]))
+            pos = close + 1
+        else:
+            # "\boxed 5": the argument is the next token, only after whitespace ("\boxedx" is not a box).
+            token = re.match(r"[^\s$}]+", text[after:])
+            if token is None or after == match.start() + len(match.group(0).rstrip()):
+                pos = after
+                continue
+            boxes.append((start, after + token.end(), token.group(0)))
+            pos = after + token.end()
+
+
+def _answer_line(text: str) -> tuple[int, int, str] | None:
+    """The last answer anchor's content: ``(anchor_start, content_end, content)`` or ``None``.
+
+    The content is the rest of the anchor's line; when that is empty (``"Answer:\\n540"``) it is the next
+    non-empty line, and a display block opened there (``$$``, ``\\[``) runs to its closing delimiter.
+    """
+    last = None
+    for match in _ANSWER_ANCHOR.finditer(text):
+        last = match
+    if last is None:
+        return None
+    start = last.end()
+    line_end = text.find("\n", start)
+    line_end = len(text) if line_end == -1 else line_end
+    while text[start:line_end].strip(" \t\r*_") == "" and line_end < len(text):
+        start = line_end + 1
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end == -1 else line_end
+    lead = re.match(r"[ \t*_]*", text[start:])
+    start += lead.end() if lead else 0
+    for opener, closer in (("$$", "$$"), ("\\[", "\\]")):
+        if text.startswith(opener, start):
+            close = text.find(closer, start + len(opener))
+            if close != -1:
+                end = text.find("\n", close + len(closer))
+                end = len(text) if end == -1 else end
+                return last.start(), end, text[start:end]
+    line_end = text.find("\n", start)
+    end = len(text) if line_end == -1 else line_end
+    return last.start(), end, text[start:end]
+
+
+def _merge_separator(between: str) -> str | None:
+    """How two boxes separated by ``between`` join: ``", "`` or ``" or "``, or ``None`` (not one answer).
+
+    Boxes join when only punctuation, spacing or math delimiters separate them, or a short phrase ending in
+    "and"/"or" ("\\boxed{1} and \\boxed{2}", "\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}").
+    """
+    if len(between) > _MAX_MERGE_SEPARATOR_CHARS:
+        return None
+    plain = re.sub(r"\\(?:text|textbf|mbox|mathrm|textnormal)\s*\{([^{}]*)\}", r" \1 ", between)
+    plain = re.sub(r"\\(?:quad|qquad|[,;:! ()\[\]])", " ", plain)
+    plain = re.sub(r"[A-Za-z](?:_\{?\w+\}?)?\s*=\s*$", " ", plain.rstrip(" $"))  # "and y_2 = \\boxed{..}"
+    if re.search(r"[^\sA-Za-z,;.:$()]", plain):
+        return None
+    if "\\" in plain:
+        return None
+    words = re.findall(r"[A-Za-z]+", plain)
+    if not words:
+        return ", "
+    if len(words) <= 4 and words[-1].lower() in ("and", "or"):
+        return " or " if "or" in (w.lower() for w in words) else ", "
+    return None
+
+
+def _last_boxes(text: str) -> tuple[int, int, str] | None:
+    """The last box, joined with the boxes right before it that form one list answer (see module doc)."""
+    boxes = find_boxed(text)
+    if not boxes:
+        return None
+    start, end, content = boxes[-1]
+    parts = [content.strip()]
+    joiners: list[str] = []
+    for prev_start, prev_end, prev_content in reversed(boxes[:-1]):
+        joiner = _merge_separator(text[prev_end:start])
+        if joiner is None:
+            break
+        parts.append(prev_content.strip())
+        joiners.append(joiner)
+        start = prev_start
+    parts.reverse()
+    joiners.reverse()
+    if len(parts) == 1:
+        return start, end, parts[0]
+    distinct = list(dict.fromkeys(re.sub(r"\s+", "", p) for p in parts))
+    if len(distinct) == 1:
+        return start, end, parts[-1]
+    joined = parts[0]
+    for joiner, part in zip(joiners, parts[1:]):
+        joined += joiner + part
+    return start, end, joined
+
+
+def _unboxed(text: str) -> str:
+    """``text`` with every box removed (what an answer line says besides its boxes)."""
+    out = []
+    pos = 0
+    for start, end, _content in find_boxed(text):
+        out.append(text[pos:start])
+        pos = end
+    out.append(text[pos:])
+    return " ".join(out)
+
+
+def extract_final_answer(text: str) -> str | None:
+    """Return the final answer of a response: the later of its last "Answer:" line and its last box.
+
+    Args:
+        text: the decoded response (or a ground-truth solution holding ``\\boxed{}``).
+
+    Returns:
+        The raw (uncleaned) answer text, or ``None`` when the text has neither an answer anchor nor a box.
+
+        * Answer anchors: ``Answer:`` in any case (also inside "Final Answer:", "**Answer:**", "**Answer**:")
+          and "The final answer is"; the content is the rest of that line (see :func:`_answer_line`).
+        * Boxes: ``\\boxed{..}`` and ``\\fbox{..}`` with balanced, possibly nested braces. Consecutive boxes
+          at the end ("\\boxed{1}, \\boxed{2}") are joined into ``"1, 2"`` ("... or ..." when joined by
+          "or"); identical repeats collapse to one.
+        * When the last box lies inside the last answer line ("Answer: \\boxed{5}.") the box is returned,
+          unless the rest of the line says "or"/"either" ("Answer: \\boxed{1} or 2"): then the whole line,
+          so the hedge stays visible.
+
+    Raises:
+        TypeError: if ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    line = _answer_line(text)
+    box = _last_boxes(text)
+    if box is None:
+        return None if line is None else line[2]
+    if line is None:
+        return box[2]
+    line_start, line_end, line_text = line
+    box_start, _box_end, box_text = box
+    if box_start >= line_end:
+        return box_text
+    if box_start >= line_start:
+        # "Answer: \\boxed{5}." reads the box; a line that hedges around its box ("\\boxed{1} or 2") stays whole.
+        if _HEDGE_WORD.search(_unboxed(line_text)):
+            return line_text
+        return box_text
+    # The answer line comes after the box; an answer line that is only prose around nothing keeps priority.
+    return line_text
+
+
+# --- cleaning -------------------------------------------------------------------------------------------
+
+_UNWRAP_COMMANDS = (
+    "boxed",
+    "fbox",
+    "text",
+    "textbf",
+    "textit",
+    "textrm",
+    "textnormal",
+    "texttt",
+    "mbox",
+    "mathrm",
+    "mathbf",
+    "mathit",
+    "mathtt",
+    "mathsf",
+    "operatorname",
+    "emph",
+    "bm",
+    "boldsymbol",
+)
+_UNWRAP_START = re.compile(r"\\(?:" + "|".join(_UNWRAP_COMMANDS) + r")\s*\{")
+
+_UNITS = (
+    "degrees?",
+    "radians?",
+    "cm",
+    "mm",
+    "km",
+    "meters?",
+    "metres?",
+    "centimeters?",
+    "kilometers?",
+    "millimeters?",
+    "inch(?:es)?",
+    "feet",
+    "foot",
+    "ft",
+    "yards?",
+    "yd",
+    "miles?",
+    "mi",
+    "mph",
+    "kph",
+    "km/h",
+    "m/s",
+    "ft/s",
+    "hours?",
+    "hrs?",
+    "minutes?",
+    "mins?",
+    "seconds?",
+    "secs?",
+    "days?",
+    "weeks?",
+    "months?",
+    "years?",
+    "dollars?",
+    "cents?",
+    "euros?",
+    "pounds?",
+    "lbs?",
+    "ounces?",
+    "oz",
+    "kg",
+    "grams?",
+    "kilograms?",
+    "liters?",
+    "litres?",
+    "ml",
+    "mL",
+    "gallons?",
+    "units?",
+    "sq\\.?\\s*units?",
+    "square\\s+units?",
+    "cubic\\s+units?",
+    "points?",
+    "ways?",
+    "people",
+    "persons?",
+    "students?",
+    "times",
+    "percent",
+    "pct",
+)
+_UNIT_WORDS = r"(?:(?:square|sq\.?|cubic)\s+)?(?:" + "|".join(_UNITS) + r")(?:\s*\^\s*\{?[23]\}?)?"
+_TRAILING_UNIT = re.compile(r"(?<=[\d})])\s*" + _UNIT_WORDS + r"\s*$", re.IGNORECASE)
+_TRAILING_LETTER_UNIT = re.compile(r"^([+-]?[\d.,]+)\s*(?:m|s|h|g|L)(?:\s*\^\s*\{?[23]\}?)?\s*$")
+"""One-letter units only after a plain number ("5 m", "3 s"); "a + m" and "x + 2 h" keep theirs."""
+_MATH_WORDS = frozenset(
+    {"pi", "tau", "phi", "theta", "alpha", "beta", "gamma", "infty", "inf", "sqrt", "ln", "log", "exp"}
+)
+_ATTACHED_UNIT = re.compile(r"(?<=\d)(?:cm|mm|km|kg|ft|mph|cm\^2|m\^2|cm\^3)\s*$")
+_TRAILING_WORDS = re.compile(r"(?<=\d)\s+(?:[A-Za-z]{2,}\.?\s*){1,3}$")
+_TRAILING_DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\circ|\\degree)\s*(?:[CF]\b)?\s*$")
+_DEGREE_ANYWHERE = re.compile(r"\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°|\\degree)")
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan)")
+_PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\bpercent(?:age)?\b|\bpct\b)\s*$", re.IGNORECASE)
+
+_INT = re.compile(r"[+-]?\d+")
+_INT_FLOAT = re.compile(r"([+-]?\d+)\.0*")
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+_SIMPLE_LHS = re.compile(
+    r"\s*(?:[A-Za-z](?:_\{?\w+\}?)?'*(?:\([A-Za-z0-9, ]*\))?|\\[A-Za-z]+\s*[A-Za-z]{0,4}|[A-Za-z]{1,4}|"
+    r"\(\s*[A-Za-z](?:_\{?\w+\}?)?(?:\s*,\s*[A-Za-z](?:_\{?\w+\}?)?)+\s*\))\s*"
+)
+_RELATION_CHARS = "<>!=:"
+_LEADING_PHRASE = re.compile(
+    r"(?i)^\s*(?:(?:so|thus|therefore|hence)\s*,?\s*)?(?:the\s+)?(?:final\s+)?answer\b\s*(?:is\b)?\s*:?\s*"
+)
+_PROSE_VERB = re.compile(r"(?i)(?<![A-Za-z\\])(?:is|are|equals|was|will\s+be)(?![A-Za-z])")
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}(?![A-Za-z])")
+_HOPE = re.compile(r"(?i)\s*\.?\s*I hope it is correct\.?.*$", re.DOTALL)
+
+
+def _unwrap_commands(s: str) -> str:
+    """Replace ``\\text{x}``, ``\\boxed{x}``, ``\\mathrm{x}``, ... by ``x`` (balanced braces, all of them)."""
+    for _ in range(50):
+        match = _UNWRAP_START.search(s)
+        if match is None:
+            return s
+        open_index = match.end() - 1
+        close = _match_brace(s, open_index)
+        if close is None:
+            return s[: match.start()] + s[open_index + 1 :]
+        s = s[: match.start()] + s[open_index + 1 : close] + s[close + 1 :]
+    return s
+
+
+def looks_like_prose(s: str) -> bool:
+    """Two or more words of 3+ letters outside LaTeX commands: a sentence rather than an expression."""
+    return len(_PROSE_WORD.findall(s)) >= 2
+
+
+def _strip_prose_head(s: str) -> str:
+    """Sentence to value: "The volume of $V$ is 120" -> "120": keep what follows the last "is"/"are"/"equals" of a sentence."""
+    if not _PROSE_WORD.search(s):
+        return s
+    verbs = list(_PROSE_VERB.finditer(s))
+    if not verbs:
+        return s
+    head, tail = s[: verbs[-1].start()], s[verbs[-1].end() :].strip()
+    if not tail or not re.search(r"[A-Za-z]", head) or _PROSE_WORD.search(tail):
+        return s
+    if _HEDGE_WORD.search(head):
+        return s  # "3 or 4 is ..." keeps its hedge visible
+    return tail
+
+
+_EXPLANATION = re.compile(
+    r"(?i)\s*(?:\((?=[^()]*(?<![\\A-Za-z])[A-Za-z]{3,})[^()]*\)\s*$"
+    r"|[,;:]?\s+(?:because|since|as|which|where|given|from|by|so|when|if|after)\b.*$)"
+)
+
+
+def _strip_explanation(s: str) -> str:
+    """Drop a remark after the answer: "540 (since 3 + 537 = 540)" -> "540"; "540 because ..." -> "540"."""
+    match = _EXPLANATION.search(s)
+    if match is None or match.start() == 0:
+        return s
+    head = s[: match.start()]
+    if looks_like_prose(head) or not head.strip():
+        return s
+    return head
+
+
+def _strip_markdown(s: str) -> str:
+    s = re.sub(r"\*\*(.+?)\*\*", r"\1", s)
+    s = re.sub(r"(?<![\w\\])__(.+?)__(?!\w)", r"\1", s)
+    s = s.strip()
+    s = re.sub(r"^(?:[*_#>]+\s*)+", "", s)
+    s = re.sub(r"(?:\s*[*_]+)+$", "", s)
+    s = s.strip()
+    if len(s) >= 2 and s[0] == "`" and s[-1] == "`":
+        s = s.strip("`").strip()
+    return s
+
+
+def _strip_math_delimiters(s: str) -> str:
+    s = s.replace("\\$", "")
+    s = re.sub(r"(?<!\\)\$", "", s)
+    for delim in ("\\(", "\\)", "\\[", "\\]"):
+        s = s.replace(delim, " ")
+    return s
+
+
+def _latex_spacing(s: str) -> str:
+    s = re.sub(r"\\[dtc]frac", r"\\frac", s)
+    s = s.replace("{,}", ",")
+    s = re.sub(r",\\!\s*", ",", s)  # "11,\\! 111" is a thousands separator
+    s = re.sub(r"\\[!,;: ]", "", s)
+    s = s.replace('\\"', "").replace('"', "")
+    s = re.sub(r"\\q?quad\b", " ", s)
+    s = re.sub(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])\s*", "", s)
+    s = re.sub(r"\\displaystyle\b\s*", "", s)
+    s = s.replace("~", " ")
+    return s
+
+
+def _strip_units(s: str) -> str:
+    if not _TRIG.search(s):
+        s = _DEGREE_ANYWHERE.sub("", s)
+    s = _TRAILING_DEGREE.sub("", s)
+    s = _PERCENT.sub("", s)
+    for _ in range(3):
+        new = _TRAILING_UNIT.sub("", s)
+        new = _TRAILING_LETTER_UNIT.sub(r"\1", new)
+        new = _ATTACHED_UNIT.sub("", new)
+        if new == s:
+            break
+        s = new
+    words = _TRAILING_WORDS.search(s)
+    if (
+        words
+        and not re.search(r"(?i)\b(?:and|or|to|of|is|for|either)\b", words.group(0))
+        and not _MATH_WORDS.intersection(w.lower().rstrip(".") for w in words.group(0).split())
+    ):
+        s = s[: words.start()]
+    return s
+
+
+def _strip_trailing_punct(s: str) -> str:
+    """Drop trailing ``.``, ``,``, ``;`` and ``!``; a ``!`` right after a digit, letter or bracket is a factorial."""
+    s = s.rstrip()
+    while s and s[-1] in ".,;!":
+        if s[-2:] in ("\\!", "\\,", "\\;"):
+            break
+        if s[-1] == "!" and len(s) > 1 and (s[-2].isalnum() or s[-2] in ")]}"):
+            break
+        s = s[:-1].rstrip()
+    return s
+
+
+def _top_level_relations(s: str) -> list[tuple[int, int, str]]:
+    """Positions of top-level ``=`` (not ``<=``, ``>=``, ``!=``, ``==``), ``\\in`` and ``\\approx``."""
+    found: list[tuple[int, int, str]] = []
+    depth = 0
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\":
+            command = re.match(r"\\([A-Za-z]+)", s[i:])
+            if command:
+                if depth == 0 and command.group(1) in ("in", "approx"):
+                    found.append((i, i + command.end(), command.group(1)))
+                i += command.end()
+            else:
+                i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "=" and depth == 0:
+            prev = s[i - 1] if i else ""
+            nxt = s[i + 1] if i + 1 < len(s) else ""
+            if prev not in _RELATION_CHARS and nxt != "=":
+                found.append((i, i + 1, "="))
+        i += 1
+    return found
+
+
+def has_top_level_equation(s: str) -> bool:
+    """Whether ``s`` has an ``=`` or ``\\in`` outside brackets (``"2x+4y-3=0"``; not ``"\\sum_{k=0}^n k"``)."""
+    return any(kind != "approx" for _s, _e, kind in _top_level_relations(s))
+
+
+def _strip_assignment_one(s: str) -> str:
+    relations = _top_level_relations(s)
+    if not relations:
+        return s
+    first_start, first_end, first_kind = relations[0]
+    if not _SIMPLE_LHS.fullmatch(s[:first_start]):
+        return s
+    if first_kind == "approx":
+        return s[first_end:].strip()
+    # "x = 5+5+1 = 7 = 11" -> "11"; "x = 1/3 \approx 0.33" -> "1/3" (the exact value before an approximation).
+    eqs = [r for r in relations if r[2] in ("=", "in")]
+    approx = [r for r in relations if r[2] == "approx" and r[0] > first_start]
+    last_eq_end = eqs[-1][1]
+    tail = s[last_eq_end:]
+    if approx and approx[0][0] > last_eq_end:
+        tail = s[last_eq_end : approx[0][0]]
+    return tail.strip()
+
+
+_LIST_SEPARATOR = re.compile(r"\s*(?:[,;]|(?<![A-Za-z\\])(?:and|or)(?![A-Za-z]))\s*")
+
+
+def _split_keep_separators(s: str) -> list[str]:
+    """Top-level split at ``,``, ``;``, "and", "or"; odd items are the separators themselves."""
+    items: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            sep = _LIST_SEPARATOR.match(s, i)
+            if sep and sep.group(0).strip():
+                items.extend([s[start:i], sep.group(0)])
+                start = i = sep.end()
+                continue
+        i += 1
+    items.append(s[start:])
+    return items
+
+
+def _strip_assignment(s: str) -> str:
+    items = _split_keep_separators(s)
+    if len(items) == 1:
+        return _strip_assignment_one(s)
+    parts = items[0::2]
+    if not any(_top_level_relations(p) for p in parts):
+        return s
+    stripped = [_strip_assignment_one(p) if _top_level_relations(p) else p.strip() for p in parts]
+    if not all(stripped):
+        return s
+    out = stripped[0]
+    for sep, part in zip(items[1::2], stripped[1:]):
+        out += sep + part
+    return out
+
+
+def _normalize_number(s: str) -> str:
+    compact = s.strip()
+    if _THOUSANDS.fullmatch(compact):
+        compact = compact.replace(",", "")
+        s = compact
+    float_int = _INT_FLOAT.fullmatch(compact)
+    if float_int:
+        compact = float_int.group(1)
+    if _INT.fullmatch(compact):
+        # Digit strings, not int(): no limit on length, no cost on a 5000-digit "answer".
+        sign = "-" if compact[0] == "-" else ""
+        digits = compact.lstrip("+-").lstrip("0") or "0"
+        return ("" if digits == "0" else sign) + digits
+    return s
+
+
+def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
+    """Strip presentation from an extracted answer so that equal answers become equal strings.
+
+    Applied repeatedly until nothing changes: Markdown (``**540**``, ``__540__``, leading/trailing ``*``,
+    backticks); "The final answer is" and "I hope it is correct."; math delimiters ``$..$``, ``$$..$$``,
+    ``\\(..\\)``, ``\\[..\\]`` and currency ``\\$``; wrappers ``\\boxed``, ``\\fbox``, ``\\text``,
+    ``\\textbf``, ``\\mathrm``, ``\\mbox`` (kept content); ``\\dfrac``/``\\tfrac``/``\\cfrac`` -> ``\\frac``;
+    TeX spacing ``\\!``, ``\\,``, ``\\;``, ``\\quad``, ``~`` and ``\\left``/``\\right``; ``{,}`` -> ``,``;
+    degrees (``^\\circ``, ``°``), percent signs, trailing unit words ("10 degrees", "5 cm", "64 square
+    inches"); trailing ``.``, ``,``, ``;``, ``!``; a leading assignment ``x =``, ``f(x) =``, ``(p, q) =``,
+    ``x \\in`` (the last right-hand side is kept, an ``\\approx`` tail dropped); thousands separators of a
+    plain number ("1,000" -> "1000", not "(1,2)" nor "1, 2"); zero padding ("025" -> "25") and float-typed
+    integers ("27.0" -> "27"); a multiple-choice letter in parentheses "(C)" -> "C". Unicode minus ``−`` is
+    read as ``-``.
+
+    Args:
+        ans: the raw answer, e.g. from :func:`extract_final_answer`, or a ground truth.
+        strip_assignment: drop a leading "x =" (turn off when the reference answer is itself an equation).
+
+    Returns:
+        The cleaned answer, whitespace-trimmed (inner spaces kept).
+
+    Raises:
+        TypeError: if ``ans`` is not a ``str``.
+    """
+    if not isinstance(ans, str):
+        raise TypeError(f"ans must be str, got {type(ans).__name__}")
+    s = ans.replace("\u2212", "-").replace("\u00a0", " ").replace("\u2009", " ").replace("\u202f", " ")
+    s = s.replace("\\mathrm{e}", "e").replace("\\mathrm{i}", "i")
+    s = _HOPE.sub("", s)
+    for _ in range(6):
+        previous = s
+        s = _strip_markdown(s)
+        s = _LEADING_PHRASE.sub("", s)
+        s = _strip_math_delimiters(s)
+        s = _unwrap_commands(s)
+        s = _strip_explanation(s)
+        s = _strip_prose_head(s)
+        s = _latex_spacing(s)
+        s = re.sub(r"\s+", " ", s).strip()
+        s = _strip_trailing_punct(s)
+        s = _strip_units(s)
+        s = _strip_trailing_punct(s)
+        if strip_assignment:
+            s = _strip_assignment(s)
+        s = re.sub(r"^\(\s*([A-Z])\s*\)$", r"\1", s)
+        s = _normalize_number(s).strip()
+        if s == previous:
+            break
+    return s
+
+
+# --- hedges ---------------------------------------------------------------------------------------------
+
+
+def split_top_level(s: str, separators: tuple[str, ...] = (",", ";")) -> list[str]:
+    """Split ``s`` at separators outside brackets: ``"(1,2), [0,1)"`` -> ``["(1,2)", "[0,1)"]``.
+
+    Every ``(``, ``[``, ``{`` opens and every ``)``, ``]``, ``}`` closes a level, so half-open intervals
+    nest correctly. Parts are stripped; empty parts are kept (callers decide).
+    """
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s):
+            current.append(s[i : i + 2])
+            if s[i + 1] in "{}":
+                depth += 1 if s[i + 1] == "{" else -1
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if depth <= 0 and ch in separators:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current).strip())
+    return parts
+
+
+_CONJUNCTION = re.compile(r"(?i)(?<![A-Za-z\\])(?:and|or|either)(?![A-Za-z])")
+_HEDGE_WORD = re.compile(r"(?i)(?<![A-Za-z\\])(?:or|either)(?![A-Za-z])")
+_PLUS_MINUS = re.compile(r"\\pm|\\mp|±|∓")
+
+
+def is_multi_valued(answer: str) -> bool:
+    """Whether a (cleaned) reference answer holds several values: a list, tuple, set, interval or ``\\pm``.
+
+    True when it has a comma or semicolon anywhere, the words "and"/"or", or ``\\pm``/``\\mp``.
+    """
+    return bool("," in answer or ";" in answer or _CONJUNCTION.search(answer) or _PLUS_MINUS.search(answer))
+
+
+def is_hedged(ans: str, ground_truth: str | None = None) -> bool:
+    """Whether an answer hedges between several candidates, which the verifier scores as wrong.
+
+    Hedges: the words "or" / "either" ("540 or 541", "either 3 or 4"); "and" or top-level commas/semicolons
+    joining different values ("540 and 541", "540, 541"); ``\\pm``. Repeating one value ("5, 5") is not a
+    hedge, and neither is a single tuple or interval ("(1, 2)", "[0, 1)").
+
+    When the ground truth itself holds several values (:func:`is_multi_valued`: a list, tuple, set, "a or
+    b", ``\\pm``), nothing counts as a hedge: listing values is then the expected form, and equivalence is
+    left to the comparison.
+
+    Args:
+        ans: the cleaned answer (:func:`clean_answer`).
+        ground_truth: the cleaned ground truth, or ``None`` to judge the answer alone (as single-valued).
+
+    Returns:
+        ``True`` if the answer offers more than one candidate for a single-valued ground truth.
+    """
+    if ground_truth is not None and is_multi_valued(ground_truth):
+        return False
+    if _PLUS_MINUS.search(ans):
+        return True
+    if _HEDGE_WORD.search(ans):
+        return True
+    parts = split_top_level(ans, separators=(",", ";"))
+    pieces: list[str] = []
+    for part in parts:
+        pieces.extend(p for p in re.split(r"(?i)(?<![A-Za-z\\])and(?![A-Za-z])", part))
+    distinct = {re.sub(r"\s+", "", p) for p in pieces if p.strip()}
+    return len(distinct) > 1

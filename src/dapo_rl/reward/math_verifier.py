@@ -1,0 +1,407 @@
+"""A forgiving math verifier: the last final answer, cleaned, then compared as mathematics.
+
+DAPO's own scorer (:mod:`dapo_rl.reward.math_dapo`) compares normalised strings, so ``Answer: 540.``,
+``**540**``, ``\\frac12`` vs ``0.5`` or a ground truth ``27.0`` vs ``27`` all count as wrong. This verifier
+keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but judges the answer itself:
+
+1. extract the final answer (:func:`~dapo_rl.reward.extract.extract_final_answer`: the later of the last
+   "Answer:" line and the last ``\\boxed{}``; a short response with neither is read whole);
+2. clean it (:func:`~dapo_rl.reward.extract.clean_answer`), and the ground truth the same way;
+3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
+   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``);
+4. fast path: equal strings, or two plain numbers / integer fractions compared exactly (a relative
+   tolerance of 1e-9 for decimals);
+5. otherwise symbolic equivalence with Math-Verify (``math_verify.parse`` + ``math_verify.verify``), which
+   handles fractions vs decimals, radicals, tuples, intervals, sets, matrices and equations.
+
+Model output is only parsed, never executed. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+from dapo_rl.reward.extract import (
+    clean_answer,
+    extract_final_answer,
+    has_top_level_equation,
+    is_hedged,
+    looks_like_prose,
+    split_top_level,
+)
+from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
+
+__all__ = [
+    "FLOAT_REL_TOL",
+    "INVALID_PRED",
+    "MAX_ANSWER_CHARS",
+    "MAX_EXPONENT_DIGITS",
+    "MAX_NESTING_DEPTH",
+    "RAW_ANSWER_CHARS",
+    "SHORT_RESPONSE_CHARS",
+    "answer_is_too_complex",
+    "compute_score_math",
+    "gsm8k_ground_truth",
+]
+
+INVALID_PRED = "[INVALID]"
+"""``pred`` when a response has no final answer (no "Answer:" line, no box, and longer than 200 chars)."""
+
+SHORT_RESPONSE_CHARS = 200
+"""A response with neither "Answer:" nor ``\\boxed{}`` is read whole as its answer when at most this long."""
+
+MAX_ANSWER_CHARS = 1000
+"""A cleaned answer longer than this is wrong without parsing (sympy time grows with the input)."""
+
+RAW_ANSWER_CHARS = 4 * MAX_ANSWER_CHARS
+"""An extracted answer longer than this is wrong before it is even cleaned."""
+
+MAX_NESTING_DEPTH = 30
+"""Answers whose brackets (``([{``) nest deeper than this are wrong without parsing."""
+
+MAX_EXPONENT_DIGITS = 4
+"""Answers with a numeric exponent of more digits than this (``10^{12345}``) are wrong without parsing."""
+
+FLOAT_REL_TOL = 1e-9
+"""Relative tolerance when two plain decimal numbers are compared on the fast path."""
+
+_CLOCK = re.compile(r"(\d{1,2})\s*:\s*([0-5]\d)\s*(?:([AaPp])\s*\.?\s*[Mm]?\s*\.?)?")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
+_INT_FRACTION = re.compile(
+    r"([+-]?)\s*(?:\\frac\s*\{\s*([+-]?\d+)\s*\}\s*\{\s*([+-]?\d+)\s*\}|(\d+)\s*/\s*(\d+))"
+)
+_PLAIN_LETTER = re.compile(r"(?<![\\A-Za-z])[A-Za-z]")
+_OPENERS = {")": "(", "]": "[", "}": "{"}
+_NUMERIC_CHAIN = re.compile(r"\d\s*\}?\s*\^\s*\{?\s*\d+(?:\.\d+)?\s*\}?\s*\^")
+_LONG_EXPONENT = re.compile(rf"\^\s*\{{?\s*[+-]?\s*\d{{{MAX_EXPONENT_DIGITS + 1},}}")
+_BIG_FACTORIAL = re.compile(rf"\d{{{MAX_EXPONENT_DIGITS + 1},}}\s*!")
+
+
+class _NeverRaised(BaseException):
+    """Stands in for Math-Verify's ``TimeoutException`` if that cannot be imported."""
+
+
+def gsm8k_ground_truth(answer: str) -> str:
+    """The final number of a GSM8K ``answer`` field: the text after ``"#### "``, commas removed.
+
+    Args:
+        answer: GSM8K's worked solution, ending in ``"\\n#### 1,234"``.
+
+    Returns:
+        The number as written, without thousands separators, e.g. ``"1234"``.
+
+    Raises:
+        ValueError: if ``answer`` has no ``"####"`` marker.
+    """
+    marker = answer.rfind("####")
+    if marker == -1:
+        raise ValueError("GSM8K answer has no '####' marker")
+    return answer[marker + 4 :].strip().replace(",", "")
+
+
+def _nesting_depth(s: str) -> int:
+    depth = deepest = 0
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
+def _group_before(s: str, end: int) -> str:
+    """The operand ending just before ``end``: a bracketed group or a run of digits/letters."""
+    i = end - 1
+    while i >= 0 and s[i].isspace():
+        i -= 1
+    if i < 0:
+        return ""
+    if s[i] in _OPENERS:
+        depth = 0
+        for j in range(i, -1, -1):
+            if s[j] in _OPENERS:
+                depth += 1
+            elif s[j] in "([{":
+                depth -= 1
+                if depth == 0:
+                    return s[j : i + 1]
+        return s[: i + 1]
+    j = i
+    while j >= 0 and (s[j].isalnum() or s[j] == "."):
+        j -= 1
+    return s[j + 1 : i + 1]
+
+
+def _group_after(s: str, start: int) -> str:
+    """The operand starting at ``start``: a bracketed group or a run of digits/letters."""
+    i = start
+    while i < len(s) and s[i].isspace():
+        i += 1
+    if i >= len(s):
+        return ""
+    if s[i] in "([{":
+        depth = 0
+        for j in range(i, len(s)):
+            if s[j] in "([{":
+                depth += 1
+            elif s[j] in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return s[i : j + 1]
+        return s[i:]
+    j = i
+    while j < len(s) and (s[j].isalnum() or s[j] == "."):
+        j += 1
+    return s[i : max(j, i + 1)]
+
+
+def _has_numeric_tower(s: str) -> bool:
+    """A power whose base or exponent is itself a power (``9^9^9``, ``(9^9)^9``, ``9^{9^9}``), or a factorial
+    of a power or factorial (``(9^9)!``, ``(99!)!``), with no variable in it: numbers sympy would expand."""
+    for i, ch in enumerate(s):
+        if ch == "^":
+            operands = _group_before(s, i) + "^" + _group_after(s, i + 1)
+        elif ch == "!" and not (i + 1 < len(s) and s[i + 1] == "="):
+            operands = _group_before(s, i) + "!"
+        else:
+            continue
+        if operands.count("^") + operands.count("!") >= 2 and not _PLAIN_LETTER.search(operands):
+            return True
+    # Right-associative chains "9^9^9": the exponent's operand is followed by another "^".
+    return _NUMERIC_CHAIN.search(s) is not None
+
+
+def answer_is_too_complex(answer: str) -> str | None:
+    """Cheap guards run before sympy sees a model's answer.
+
+    Args:
+        answer: the cleaned answer.
+
+    Returns:
+        ``None`` when the answer may be parsed, else the reason: longer than :data:`MAX_ANSWER_CHARS`,
+        brackets nested deeper than :data:`MAX_NESTING_DEPTH`, a numeric exponent tower (``9^9^9``,
+        ``2^{3^{4}}``), an exponent or factorial argument of more than :data:`MAX_EXPONENT_DIGITS` digits.
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"answer longer than {MAX_ANSWER_CHARS} characters"
+    if _nesting_depth(answer) > MAX_NESTING_DEPTH:
+        return f"brackets nested deeper than {MAX_NESTING_DEPTH}"
+    if _has_numeric_tower(answer):
+        return "numeric exponent tower or nested factorial"
+    if _LONG_EXPONENT.search(answer) or _BIG_FACTORIAL.search(answer):
+        return f"numeric exponent or factorial of more than {MAX_EXPONENT_DIGITS} digits"
+    return None
+
+
+def _as_exact_number(s: str) -> tuple[Fraction, bool] | None:
+    """``(value, is_decimal)`` when ``s`` is a plain number or an integer fraction, else ``None``."""
+    compact = s.replace(" ", "")
+    if _NUMBER.fullmatch(compact):
+        return Fraction(compact), any(c in compact for c in ".eE")
+    match = _INT_FRACTION.fullmatch(s.strip())
+    if match:
+        sign, num, den, num2, den2 = match.groups()
+        numerator, denominator = (int(num), int(den)) if num is not None else (int(num2), int(den2))
+        if denominator == 0:
+            return None
+        value = Fraction(numerator, denominator)
+        return (-value if sign == "-" else value), False
+    return None
+
+
+def _compact(s: str) -> str:
+    return re.sub(r"\s+", "", s)
+
+
+def _clock_time(s: str) -> tuple[int, int, str | None] | None:
+    """``(hour, minute, "a"/"p"/None)`` for a clock time such as ``"4:30 p.m."``, else ``None``."""
+    match = _CLOCK.fullmatch(s.strip())
+    if match is None:
+        return None
+    hour, minute, half = match.groups()
+    return int(hour), int(minute), half.lower() if half else None
+
+
+def _same_time(a: tuple[int, int, str | None], b: tuple[int, int, str | None]) -> bool:
+    """Clock times agree when hour and minute agree and the a.m./p.m. markers do not contradict."""
+    return a[:2] == b[:2] and (a[2] is None or b[2] is None or a[2] == b[2])
+
+
+def _fast_compare(pred: str, gold: str) -> bool | None:
+    """True/False when decided without sympy, ``None`` when symbolic comparison is needed."""
+    if _compact(pred) == _compact(gold):
+        return True
+    # Clock times: Math-Verify reads "4:30" as the ratio 4/30 and drops "p.m.", so decide them here.
+    pred_time, gold_time = _clock_time(pred), _clock_time(gold)
+    if pred_time and gold_time and (pred_time[2] or gold_time[2]):
+        return _same_time(pred_time, gold_time)
+    a, b = _as_exact_number(pred), _as_exact_number(gold)
+    if a is None or b is None:
+        return None
+    (x, x_decimal), (y, y_decimal) = a, b
+    if x == y:
+        return True
+    if x_decimal or y_decimal:
+        if math.isclose(float(x), float(y), rel_tol=FLOAT_REL_TOL, abs_tol=0.0):
+            return True
+        return None  # let Math-Verify decide (e.g. 1/3 vs 0.333333, rounded to 6 places)
+    return False
+
+
+def _to_latex_input(cleaned: str, raw: str) -> str:
+    """The string handed to ``math_verify.parse``: ``$cleaned$``, or the raw text when it is prose."""
+    if looks_like_prose(cleaned):
+        return _raw_latex_input(raw)
+    return f"${cleaned}$"
+
+
+def _raw_latex_input(raw: str) -> str:
+    """The uncleaned answer for Math-Verify's own extraction: wrapped in ``$..$`` unless it has math delimiters."""
+    text = raw.replace("\u2212", "-").replace("\\mathrm{e}", "e").replace("\\mathrm{i}", "i").strip()
+    if "$" in text or "\\(" in text or "\\[" in text:
+        return text
+    return f"${text}$"
+
+
+def _timeout_seconds(timeout_s: float) -> int | None:
+    """Math-Verify's SIGALRM timeout (whole seconds, >= 1), or ``None`` off the main thread (see docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        return None
+    return max(1, math.ceil(timeout_s))
+
+
+@lru_cache(maxsize=1)
+def _extraction_config() -> tuple[Any, ...]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
+
+
+def _parse(text: str, timeout: int | None) -> list[Any]:
+    from math_verify import parse
+
+    return parse(text, extraction_config=_extraction_config(), parsing_timeout=timeout)
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold_cached(text: str, timeout: int | None) -> tuple[Any, ...]:
+    parsed = _parse(text, timeout)
+    if not parsed:
+        raise ValueError("unparsed")  # not cached: a time-out must not stick
+    return tuple(parsed)
+
+
+def _parse_gold(text: str, timeout: int | None) -> list[Any]:
+    try:
+        return list(_parse_gold_cached(text, timeout))
+    except ValueError:
+        return []
+
+
+def _symbolic_equal(pred_in: str, gold_in: str, timeout: int | None) -> bool:
+    from math_verify import verify
+
+    gold_parsed = _parse_gold(gold_in, timeout)
+    if not gold_parsed:
+        return False
+    pred_parsed = _parse(pred_in, timeout)
+    if not pred_parsed:
+        return False
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+
+
+def _ground_truth_text(ground_truth: Any) -> str:
+    if isinstance(ground_truth, bool):
+        raise TypeError("ground_truth must be str, int or float, got bool")
+    if isinstance(ground_truth, int):
+        return str(ground_truth)
+    if isinstance(ground_truth, float):
+        if not math.isfinite(ground_truth):
+            raise ValueError(f"ground_truth is not finite: {ground_truth}")
+        return str(int(ground_truth)) if ground_truth.is_integer() else repr(ground_truth)
+    if isinstance(ground_truth, str):
+        return ground_truth
+    raise TypeError(f"ground_truth must be str, int or float, got {type(ground_truth).__name__}")
+
+
+def _dedupe_list(answer: str) -> str:
+    """``"5, 5"`` -> ``"5"``: a list repeating one value is that value."""
+    parts = split_top_level(answer)
+    if len(parts) > 1 and len({_compact(p) for p in parts}) == 1:
+        return parts[0]
+    return answer
+
+
+def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float = 5.0) -> ScoreResult:
+    """Score one response to a math problem on DAPO's ±1 scale, judging the final answer mathematically.
+
+    Steps: extract the final answer (the later of the last "Answer:" line and the last ``\\boxed{}``; when
+    neither exists, the whole response if it is at most :data:`SHORT_RESPONSE_CHARS` characters) -> clean it
+    and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> a hedge ("540 or 541", several
+    different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
+    make over-long, over-nested or exponent-tower answers wrong without parsing -> equal strings or equal
+    plain numbers are correct -> otherwise ``math_verify.verify(parse(gold), parse(pred))`` with LaTeX and
+    plain-expression extraction, ``float_rounding=6``, ``strict=True`` (Math-Verify's defaults).
+
+    Time-outs: ``timeout_s`` is passed to Math-Verify as ``parsing_timeout`` and ``timeout_seconds``
+    (rounded up to whole seconds, since they use ``signal.alarm``); it bounds each parse and each pairwise
+    comparison, not the call as a whole. SIGALRM only works in the main thread of the main interpreter, and
+    Math-Verify raises ``ValueError`` when asked for a time-out elsewhere; so off the main thread this
+    function passes ``None`` (no time-out; Math-Verify logs a warning once) and never raises. The alarm also
+    replaces any SIGALRM timer the caller had set. A hard bound on time belongs to the caller (a process pool
+    that kills stuck workers).
+
+    Args:
+        solution_str: the decoded response (prompt excluded).
+        ground_truth: the reference answer: a ``str`` (LaTeX such as ``"\\frac{14}{3}"``, a zero-padded
+            ``"025"``, or a solution holding ``\\boxed{}``), an ``int`` or a ``float`` (``27.0`` reads as 27).
+        timeout_s: seconds per Math-Verify parse / comparison (default 5).
+
+    Returns:
+        ``{"score": 1.0 | -1.0, "acc": bool, "pred": str}``: ``pred`` is the cleaned answer, or
+        ``"[INVALID]"`` when no answer was found. Never raises: if scoring fails (a non-``str`` response, a
+        time-out that escapes Math-Verify) it returns ``score=-1.0``, ``acc=False``, ``pred=""`` and an
+        ``error`` key. Refused answers (hedges, guards) are plain wrong answers, without ``error``.
+
+    Source: DAPO (arXiv 2503.14476) §2.4, R(y_hat, y) = 1 if is_equivalent(y_hat, y) else -1.
+    """
+    try:
+        from math_verify.errors import TimeoutException
+    except ImportError:  # pragma: no cover - math-verify is a dependency; keep the never-raise contract
+        TimeoutException = _NeverRaised  # noqa: N806
+
+    try:
+        if not isinstance(solution_str, str):
+            raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
+        gold_text = _ground_truth_text(ground_truth)
+        raw = extract_final_answer(solution_str)
+        if raw is None:
+            if len(solution_str.strip()) > SHORT_RESPONSE_CHARS or not solution_str.strip():
+                return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
+            raw = solution_str
+        if len(raw) > RAW_ANSWER_CHARS:
+            return {"score": WRONG_SCORE, "acc": False, "pred": raw[:MAX_ANSWER_CHARS]}
+        gold_raw = extract_final_answer(gold_text) or gold_text
+        gold = clean_answer(gold_raw)
+        gold_is_equation = has_top_level_equation(gold)
+        pred = clean_answer(raw, strip_assignment=not gold_is_equation)
+        if answer_is_too_complex(pred) is not None:
+            return {"score": WRONG_SCORE, "acc": False, "pred": pred[:MAX_ANSWER_CHARS]}
+        if is_hedged(pred, gold):
+            return {"score": WRONG_SCORE, "acc": False, "pred": pred}
+        pred = _dedupe_list(pred)
+        correct = _fast_compare(pred, gold)
+        if correct is None:
+            timeout = _timeout_seconds(timeout_s)
+            correct = _symbolic_equal(_to_latex_input(pred, raw), _to_latex_input(gold, gold_raw), timeout)
+    except (Exception, TimeoutException) as exc:  # a verifier must never raise on model output
+        return error_result(exc)
+    return {"score": CORRECT_SCORE if correct else WRONG_SCORE, "acc": bool(correct), "pred": pred}

@@ -1,0 +1,50 @@
+"""`dapo score`: one response or a JSONL file, through the real verifiers and the reward pool."""
+
+import json
+
+from dapo_rl.cli import main
+
+
+def test_score_one_response(tmp_path, capsys):
+    f = tmp_path / "resp.txt"
+    f.write_text("Let me think.\n\nAnswer: $\\dfrac{1}{2}$.")
+    assert main(["score", "--response-file", str(f), "--ground-truth", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"score": 1.0, "acc": True, "pred": "\\frac{1}{2}"}
+    assert json.loads(err)["acc_mean"] == 1.0
+    assert main(["score", "--response-file", str(f), "--ground-truth", "0.5", "--verifier", "math_dapo"]) == 0
+    assert json.loads(capsys.readouterr().out)["acc"] is False  # DAPO's scorer: no symbolic equivalence
+
+
+def test_score_jsonl_with_summary_and_output_file(tmp_path, capsys):
+    rows = [
+        {"response": "Answer: 540", "ground_truth": "540"},
+        {"response": "\\boxed{541}", "ground_truth": "540"},
+        {
+            "response": "Answer: 3",
+            "ground_truth": "3",
+            "data_source": "reasoning_gym/chain_sum",
+            "extra_info": {"question": "1 + 2 =", "metadata": {}},
+        },
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--jsonl", str(src), "--output", str(out), "--num-workers", "2"]) == 0
+    got = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [g["acc"] for g in got] == [True, False, True]
+    summary = json.loads(capsys.readouterr().err)
+    assert summary["responses"] == 3 and summary["acc_mean"] == 2 / 3
+
+
+def test_score_bad_rows_name_file_line_and_field(tmp_path, capsys):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(
+        json.dumps({"response": "Answer: 1", "ground_truth": "1"}) + "\n" + json.dumps({"response": "x"})
+    )
+    assert main(["score", "--jsonl", str(src)]) == 2
+    assert "bad.jsonl: line 2: field 'ground_truth' is missing" in capsys.readouterr().err
+    assert main(["score", "--response", "Answer: 1"]) == 2
+    assert "--ground-truth is required" in capsys.readouterr().err
+    assert main(["score", "--response", "Answer: 1", "--ground-truth", "1", "--verifier", "nope"]) == 2
+    assert "unknown verifier" in capsys.readouterr().err
