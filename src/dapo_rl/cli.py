@@ -118,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _read_score_rows(args) -> list[tuple]:
     """`(data_source, response, ground_truth, extra_info)` items from the `dapo score` arguments."""
-    import json
     from pathlib import Path
 
     from dapo_rl.config import ConfigError
@@ -135,33 +134,26 @@ def _read_score_rows(args) -> list[tuple]:
         else:
             text = args.response
         return [(args.data_source, text, args.ground_truth, None)]
+    from dapo_rl.data.dataset import read_jsonl
+
     path = Path(args.jsonl)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
     items = []
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ConfigError(f"{path}: line {i + 1}: not valid UTF-8 JSON ({e})") from e
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}: line {i + 1}: expected an object")
-            for key in ("response", "ground_truth"):
-                if key not in row or row[key] is None:
-                    raise ConfigError(f"{path}: line {i + 1}: field {key!r} is missing")
-            if not isinstance(row["response"], str):
-                raise ConfigError(f"{path}: line {i + 1}: field 'response' must be a string")
-            items.append(
-                (
-                    str(row.get("data_source", args.data_source)),
-                    row["response"],
-                    row["ground_truth"],
-                    row.get("extra_info"),
-                )
+    for n, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: line {n}: expected an object")
+        for key in ("response", "ground_truth"):
+            if key not in row or row[key] is None:
+                raise ConfigError(f"{path}: line {n}: field {key!r} is missing")
+        if not isinstance(row["response"], str):
+            raise ConfigError(f"{path}: line {n}: field 'response' must be a string")
+        items.append(
+            (
+                str(row.get("data_source", args.data_source)),
+                row["response"],
+                row["ground_truth"],
+                row.get("extra_info"),
             )
+        )
     return items
 
 

@@ -40,6 +40,30 @@ class Sample:
 REQUIRED_COLUMNS = ("prompt", "reward_model")
 
 
+def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+    """`(line number, value)` for each non-blank line of a JSONL file; line numbers count from 1.
+
+    Raises:
+        DataError: no such file, or a line that is not valid UTF-8 JSON (the message names file and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path.resolve()}: no such file")
+    rows = []
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh):
+            if not raw.strip():
+                continue
+            try:
+                rows.append((i + 1, json.loads(raw.decode("utf-8"))))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                reason = (
+                    "not valid UTF-8" if isinstance(e, UnicodeDecodeError) else f"not valid JSON ({e.msg})"
+                )
+                raise DataError(f"{path}: line {i + 1}: {reason}") from e
+    return rows
+
+
 def _read_rows(path: Path) -> list[tuple[str, Any]]:
     """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL."""
     if not path.is_file():

@@ -46,26 +46,6 @@ _MAX_MERGE_SEPARATOR_CHARS = 60
 # --- locating answers ------------------------------------------------------------------------------------
 
 
-def _match_brace(text: str, open_index: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``open_index``; escaped ``\\{`` / ``\\}`` do not count."""
-    depth = 0
-    i = open_index
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
 def _brace_pairs(text: str) -> dict[int, int]:
     """Map each ``{`` that is closed to its ``}`` in one pass (escaped ``\\{`` / ``\\}`` do not count).
 
@@ -385,7 +365,7 @@ def _unwrap_commands(s: str) -> str:
         if match is None:
             return s
         open_index = match.end() - 1
-        close = _match_brace(s, open_index)
+        close = _brace_pairs(s).get(open_index)
         if close is None:
             return s[: match.start()] + s[open_index + 1 :]
         s = s[: match.start()] + s[open_index + 1 : close] + s[close + 1 :]
