@@ -55,6 +55,32 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--output", help="write the JSON lines here instead of stdout")
     sc.add_argument("--num-workers", type=int, default=1, help="scoring processes (default 1)")
     sc.add_argument("--timeout-s", type=float, default=5.0, help="seconds per answer (default 5)")
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a model: avg@k, pass@k, maj@k per dataset",
+        description="Sample --n responses per problem of each --data file and report avg@n, unbiased pass@k and "
+        "maj@k per dataset. Writes <output>/generations.jsonl and <output>/summary.json; rerunning with the same "
+        "--output skips finished problems.",
+    )
+    ev.add_argument(
+        "--model", default="embedded", help="local Hugging Face checkpoint, or `embedded` (default)"
+    )
+    ev.add_argument("--data", action="append", required=True, help="evaluation file (repeat for several)")
+    ev.add_argument("--n", type=int, default=1, help="samples per problem (k of avg@k)")
+    ev.add_argument("--temperature", type=float, default=1.0)
+    ev.add_argument("--top-p", type=float, default=1.0)
+    ev.add_argument("--top-k", type=int, default=-1)
+    ev.add_argument("--max-tokens", type=int, default=1024, help="most tokens per response")
+    ev.add_argument(
+        "--max-prompt-length", type=int, default=4096, help="longer prompts are dropped and counted"
+    )
+    ev.add_argument("--template", default="none", choices=["none", "dapo", "boxed"], help="prompt template")
+    ev.add_argument("--engine", default="hf", choices=["hf"], help="rollout engine")
+    ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
+    ev.add_argument("--output", default="eval_out", help="output directory (default eval_out)")
+    ev.add_argument("--batch-size", type=int, default=256, help="sequences generated together")
+    ev.add_argument("--num-workers", type=int, default=1, help="scoring processes")
+    ev.add_argument("--seed", type=int, default=0)
     pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
     pl.add_argument("run_dir")
     return p
@@ -69,6 +95,10 @@ def _split_recipe(args) -> tuple[str | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("train", "sft", "eval") and not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging  # keep log files clean of "Loading weights" bars
+
+        hf_logging.disable_progress_bar()
     from dapo_rl.config import ConfigError, load_config
     from dapo_rl.data import DataError
 
@@ -85,12 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "score":
             return _score(args)
+        if args.command == "eval":
+            return _eval(args)
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
-        if not sys.stderr.isatty():  # keep log files clean of transformers' "Loading weights" bars
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
         if args.command == "sft":
             from dapo_rl.sft import run_sft
 
@@ -155,6 +183,89 @@ def _read_score_rows(args) -> list[tuple]:
             )
         )
     return items
+
+
+def _eval(args) -> int:
+    """`dapo eval`: generations.jsonl, summary.json and a table."""
+    import json
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from dapo_rl.actor import load_model_and_tokenizer
+    from dapo_rl.config import ConfigError, load_config
+    from dapo_rl.data import PromptDataset
+    from dapo_rl.data.dataset import read_jsonl
+    from dapo_rl.evaluate import dataset_metrics, evaluate_dataset, format_table, load_eval_set
+    from dapo_rl.reward.pool import RewardPool
+    from dapo_rl.rollout import SamplingParams, build_engine
+
+    if args.n < 1 or args.max_tokens < 1:
+        raise ConfigError("--n and --max-tokens must be >= 1")
+    sets = [load_eval_set(f, args.template) for f in args.data]  # bad files fail before the model loads
+    stems = [s.name for s in sets]
+    for s, f in zip(sets, args.data):
+        if stems.count(s.name) > 1:  # aime24/test.jsonl and aime25/test.jsonl
+            s.name = f"{Path(f).parent.name}_{s.name}"
+    out = Path(args.output)
+    settings = {
+        k: getattr(args, k)
+        for k in ("model", "n", "temperature", "top_p", "top_k", "max_tokens", "template", "verifier", "seed")
+    }
+    cfg_path = out / "eval_config.json"
+    if cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        diff = [k for k in settings if old.get(k) != settings[k]]
+        if diff:
+            raise ConfigError(
+                f"{out} holds an evaluation with other settings ({', '.join(diff)}); choose another --output"
+            )
+    model_path = args.model
+    if model_path == "embedded":
+        from dapo_rl.sft import ensure_embedded_model
+
+        model_path = str(ensure_embedded_model(load_config().sft))
+    model, tok = load_model_and_tokenizer(model_path)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(json.dumps(settings, indent=2))
+    gen_path = out / "generations.jsonl"
+    existing: dict[str, dict[int, list[dict]]] = {}
+    if gen_path.exists():
+        for _, r in read_jsonl(gen_path):
+            existing.setdefault(r["dataset"], {}).setdefault(r["problem_idx"], []).append(r)
+    engine = build_engine(args.engine, model, tok, args.batch_size)
+    params = SamplingParams(
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+    )
+    summary = {}
+    with RewardPool(args.verifier, num_workers=args.num_workers) as pool, open(gen_path, "a") as fh:
+
+        def append(records):
+            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            fh.flush()
+
+        for es in sets:
+            ds = PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
+            done = {p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n}
+            bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
+            records = evaluate_dataset(
+                engine, tok, ds, params, pool, done=done, on_records=append, progress=bar.update
+            )
+            bar.close()
+            m = dataset_metrics(records, args.n)
+            m.update(
+                {"rows": es.extra["rows"], "rows_per_problem": es.repeats, "dropped_prompts": ds.num_dropped}
+            )
+            summary[es.name] = m
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(format_table(summary))
+    print(f"dapo eval: {gen_path}, {out / 'summary.json'}")
+    return 0
 
 
 def _score(args) -> int:

@@ -317,8 +317,11 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------------- validate
     def validate(self) -> dict:
-        """Sample each validation set with `rollout.val_kwargs` and report `val/<name>/acc` (mean correctness over
-        all samples) and `val/<name>/response_length_mean`."""
+        """Evaluate each validation set with `rollout.val_kwargs` through the same code as `dapo eval`
+        (`dapo_rl.evaluate`): `val/<name>/acc` and `val/<name>/avg@<n>` (mean correctness over all samples),
+        `val/<name>/pass@k` and `maj@k` when n > 1, and `val/<name>/response_length_mean`."""
+        from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
+
         vk = self.cfg.rollout.val_kwargs
         params = SamplingParams(
             n=vk.n,
@@ -330,12 +333,14 @@ class Trainer:
         )
         out = {}
         for ds in self.val_data:
-            outputs = self.engine.generate(ds.prompt_ids, params)
-            _, accs, _ = self._score(ds.samples, outputs)
-            out[f"val/{ds.name}/acc"] = float(np.mean([a for g in accs for a in g]))
-            out[f"val/{ds.name}/response_length_mean"] = float(
-                np.mean([len(o.token_ids) for g in outputs for o in g])
+            records = evaluate_dataset(
+                self.engine, self.tokenizer, ds, params, self.reward_pool, chunk_problems=max(len(ds), 1)
             )
+            m = dataset_metrics(records, vk.n)
+            out[f"val/{ds.name}/acc"] = m[f"avg@{vk.n}"]
+            keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if vk.n > 1 else [f"avg@{vk.n}"]
+            out.update({f"val/{ds.name}/{k}": m[k] for k in keys})
+            out[f"val/{ds.name}/response_length_mean"] = m["response_length_mean"]
         return out
 
     # ------------------------------------------------------------------------------------------------ loop

@@ -1,0 +1,269 @@
+"""Evaluation as the papers report it: avg@k, unbiased pass@k, maj@k per dataset (`dapo eval`, trainer validation).
+
+DAPO reports AIME 2024 avg@32 (30 problems x 32 samples, temperature 1.0, top_p 0.7); MiroMind-M1 reports avg@64 on
+AIME and avg@5 on MATH-500. For each problem with n sampled responses, c of them correct:
+
+    avg@n  = mean over problems of c / n                                  (mean accuracy over all samples)
+    pass@k = mean over problems of 1 - C(n - c, k) / C(n, k)              (Chen et al. 2021, unbiased, k <= n)
+    maj@k  = mean over problems of acc(most frequent answer among the first k samples)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dapo_rl.data.dataset import DataError, Sample, _read_rows, load_samples
+from dapo_rl.data.templates import apply_prompt_template
+
+BOXED_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+"""The `boxed` template (Qwen2.5-Math's CoT instruction), appended to a bare problem."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem: the chance that k samples drawn without replacement from n, of which c are
+    correct, contain a correct one: `1 - C(n - c, k) / C(n, k)` (Chen et al. 2021, Eq. 1), computed as a stable
+    product.
+
+    Raises:
+        ValueError: unless 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def majority_vote(preds: Sequence[str], accs: Sequence[bool]) -> bool:
+    """Correctness of the most frequent answer; a tie goes to the tied answer that appeared first.
+
+    Empty and `[INVALID]` answers do not vote; with no valid answer the vote is wrong.
+    """
+    valid = [(p, a) for p, a in zip(preds, accs) if p and p != "[INVALID]"]
+    if not valid:
+        return False
+    counts = Counter(p for p, _ in valid)
+    best = max(counts.values())
+    winner = next(p for p, _ in valid if counts[p] == best)
+    return bool(next(a for p, a in valid if p == winner))
+
+
+def ks_up_to(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    ks = [1 << i for i in range(int(math.log2(n)) + 1)] if n >= 1 else []
+    return ks + ([n] if n not in ks else [])
+
+
+def dataset_metrics(records: Sequence[dict], n: int) -> dict[str, float]:
+    """Metrics of one dataset from its generation records.
+
+    Args:
+        records: dicts with `problem_idx`, `sample_idx`, `acc` (bool), `pred` (str), `response_length` (tokens) and
+            `finish_reason`; every problem must have samples 0..n-1.
+        n: samples per problem.
+
+    Returns:
+        `avg@n`, `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
+        `response_length_mean`, `truncation_rate`.
+
+    Raises:
+        ValueError: a problem without exactly n samples.
+    """
+    by_problem: dict[int, list[dict]] = {}
+    for r in records:
+        by_problem.setdefault(int(r["problem_idx"]), []).append(r)
+    for pid, rs in by_problem.items():
+        if len(rs) != n:
+            raise ValueError(f"problem {pid} has {len(rs)} samples, expected {n}")
+        rs.sort(key=lambda r: r["sample_idx"])
+    out: dict[str, float] = {f"avg@{n}": float(np.mean([r["acc"] for r in records]))}
+    for k in ks_up_to(n):
+        out[f"pass@{k}"] = float(
+            np.mean([pass_at_k(n, sum(r["acc"] for r in rs), k) for rs in by_problem.values()])
+        )
+    for k in ks_up_to(n):
+        out[f"maj@{k}"] = float(
+            np.mean(
+                [
+                    majority_vote([r["pred"] for r in rs[:k]], [r["acc"] for r in rs[:k]])
+                    for rs in by_problem.values()
+                ]
+            )
+        )
+    out["num_problems"] = len(by_problem)
+    out["num_samples"] = len(records)
+    out["response_length_mean"] = float(np.mean([r["response_length"] for r in records]))
+    out["truncation_rate"] = float(np.mean([r["finish_reason"] == "length" for r in records]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- eval data
+def _template(messages: list[dict], template: str) -> list[dict]:
+    if template == "boxed":
+        content = messages[-1]["content"]
+        if "\\boxed" not in content:
+            messages = [*messages[:-1], {**messages[-1], "content": content + BOXED_SUFFIX}]
+        return messages
+    return apply_prompt_template(messages, template)
+
+
+@dataclass
+class EvalSet:
+    """One evaluation file: unique problems (rows repeated k times, as in DAPO's 30 x 32 AIME file, are grouped)."""
+
+    name: str
+    samples: list[Sample]
+    repeats: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
+    """Read an evaluation file in any of the shared formats, detecting which.
+
+    Formats: verl parquet/JSONL (`prompt` + `reward_model.ground_truth`); `problem` + `answer` (AIME, AMC, MATH-500);
+    `prompt` (a string) + `answer` (Qwen's QwQ copies); GSM8K `question` + `answer` ending in "#### N" (the number
+    after "####" is the ground truth). Identical (prompt, answer) rows are grouped into one problem.
+
+    Args:
+        path: `.parquet` or `.jsonl` file.
+        template: `none`, `dapo` (DAPO's "Answer:" template) or `boxed` (reason step by step, answer in \\boxed{}).
+
+    Raises:
+        DataError: unreadable file, unknown format, or a row without its fields (file and row named).
+    """
+    from dapo_rl.reward.math_verifier import gsm8k_ground_truth
+
+    path = Path(path)
+    rows = _read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    first = rows[0][1]
+    if not isinstance(first, dict):
+        raise DataError(f"{path}: {rows[0][0]}: expected an object")
+    if "reward_model" in first:
+        samples = load_samples(path)
+    else:
+        samples = []
+        for i, (at, row) in enumerate(rows):
+            if not isinstance(row, dict) or "answer" not in row or row["answer"] is None:
+                raise DataError(f"{path}: {at}: field 'answer' is missing")
+            text = next(
+                (row[k] for k in ("problem", "prompt", "question") if isinstance(row.get(k), str)), None
+            )
+            if text is None:
+                raise DataError(f"{path}: {at}: no 'problem', 'prompt' or 'question' text field")
+            gt = row["answer"]
+            if isinstance(gt, str) and "####" in gt:
+                gt = gsm8k_ground_truth(gt)
+            samples.append(
+                Sample(f"{path.stem}:{i}", "math", [{"role": "user", "content": text}], str(gt), {})
+            )
+    for s in samples:
+        s.prompt = _template(s.prompt, template)
+    unique: dict[tuple, Sample] = {}
+    for s in samples:
+        unique.setdefault((json.dumps(s.prompt, sort_keys=True), s.ground_truth), s)
+    repeats = len(samples) // len(unique) if len(samples) % len(unique) == 0 else 1
+    return EvalSet(path.stem, list(unique.values()), repeats, {"rows": len(samples)})
+
+
+# ------------------------------------------------------------------------------------------------- running
+def evaluate_dataset(
+    engine,
+    tokenizer,
+    ds,
+    params,
+    pool,
+    *,
+    done: dict[int, list[dict]] | None = None,
+    on_records=None,
+    chunk_problems: int = 64,
+    progress=None,
+) -> list[dict]:
+    """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the records.
+
+    Args:
+        engine: a rollout engine (`generate(prompt_ids, params)`).
+        tokenizer: decodes responses.
+        ds: `dapo_rl.data.PromptDataset` (samples and prompt token ids).
+        params: `SamplingParams`; `params.seed` (if set) is offset by the chunk index, so a resumed run samples the
+            remaining problems as an uninterrupted one would.
+        pool: `RewardPool` that scores `(data_source, response, ground_truth, extra_info)` items.
+        done: records already written, by problem index (resume): those problems are not generated again.
+        on_records: called with each chunk's new records (the CLI appends them to generations.jsonl).
+        chunk_problems: problems generated together.
+        progress: optional callable(number of problems finished in this chunk).
+
+    Returns:
+        One record per sample, ordered by problem then sample: `dataset`, `problem_idx`, `sample_idx`, `prompt`,
+        `response`, `pred`, `acc`, `score`, `ground_truth`, `response_length` (tokens), `finish_reason`.
+    """
+    from dataclasses import replace
+
+    done = done or {}
+    records: list[dict] = []
+    todo = [i for i in range(len(ds)) if i not in done]
+    for c, start in enumerate(range(0, len(ds), chunk_problems)):
+        idx = [i for i in todo if start <= i < start + chunk_problems]
+        if not idx:
+            continue
+        p = replace(params, seed=None if params.seed is None else params.seed + c)
+        outputs = engine.generate([ds.prompt_ids[i] for i in idx], p)
+        items, meta = [], []
+        for i, group in zip(idx, outputs):
+            s = ds.samples[i]
+            texts = tokenizer.batch_decode([o.token_ids for o in group], skip_special_tokens=True)
+            for j, (o, text) in enumerate(zip(group, texts)):
+                items.append((s.data_source, text, s.ground_truth, s.extra_info))
+                meta.append((i, j, s, o, text))
+        results = pool.score(items)
+        new = [
+            {
+                "dataset": ds.name,
+                "problem_idx": i,
+                "sample_idx": j,
+                "prompt": s.prompt[-1]["content"],
+                "response": text,
+                "pred": str(r.get("pred", "")),
+                "acc": bool(r["acc"]),
+                "score": float(r["score"]),
+                "ground_truth": s.ground_truth,
+                "response_length": len(o.token_ids),
+                "finish_reason": o.finish_reason,
+            }
+            for (i, j, s, o, text), r in zip(meta, results)
+        ]
+        if on_records is not None:
+            on_records(new)
+        records.extend(new)
+        if progress is not None:
+            progress(len(idx))
+    for rs in done.values():
+        records.extend(rs)
+    records.sort(key=lambda r: (r["problem_idx"], r["sample_idx"]))
+    return records
+
+
+def format_table(summary: dict[str, dict[str, float]]) -> str:
+    """A plain-text table: one row per dataset, one column per metric."""
+    names = list(summary)
+    cols: list[str] = []
+    for m in summary.values():
+        cols += [k for k in m if k not in cols]
+    width = max(12, *(len(n) for n in names))
+    lines = [f"{'dataset':<{width}}" + "".join(f"{c:>22}" for c in cols)]
+    for n in names:
+        cells = []
+        for c in cols:
+            v = summary[n].get(c)
+            cells.append(f"{'':>22}" if v is None else f"{v:>22.4f}" if isinstance(v, float) else f"{v:>22}")
+        lines.append(f"{n:<{width}}" + "".join(cells))
+    return "\n".join(lines)

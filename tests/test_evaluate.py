@@ -1,0 +1,114 @@
+"""Evaluation: the unbiased pass@k estimator, majority votes with ties, the shared file formats, `dapo eval`."""
+
+import json
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from dapo_rl.cli import main
+from dapo_rl.evaluate import dataset_metrics, ks_up_to, load_eval_set, majority_vote, pass_at_k
+from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.parametrize(
+    "n, c, k", [(10, 3, 1), (10, 3, 2), (10, 3, 5), (32, 1, 4), (5, 0, 3), (8, 8, 8), (7, 2, 6)]
+)
+def test_pass_at_k_matches_the_closed_form(n, c, k):
+    assert pass_at_k(n, c, k) == pytest.approx(1 - comb(n - c, k) / comb(n, k), abs=1e-12)
+
+
+def test_pass_at_k_hand_values_and_errors():
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 3, 2) == 1.0  # n - c < k: any 2 of 4 hold a correct one
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+
+
+def test_majority_vote_ties_go_to_the_first_answer_and_invalid_does_not_vote():
+    assert majority_vote(["5", "6", "6"], [True, False, False]) is False
+    assert majority_vote(["5", "6", "5", "6"], [True, False, True, False]) is True  # tie: 5 came first
+    assert majority_vote(["6", "5", "5", "6"], [False, True, True, False]) is False  # tie: 6 came first
+    assert majority_vote(["[INVALID]", "", "[INVALID]", "7"], [False, False, False, True]) is True
+    assert majority_vote(["", "[INVALID]"], [False, False]) is False
+
+
+def test_dataset_metrics_by_hand():
+    rec = []
+    # problem 0: answers 3,4,3,3 (right: 3) -> 3/4 right; problem 1: 1,2,2,1 (right: 2) -> tie 1 first -> maj wrong
+    for p, answers, right in ((0, "3433", "3"), (1, "1221", "2")):
+        for j, a in enumerate(answers):
+            rec.append(
+                {
+                    "problem_idx": p,
+                    "sample_idx": j,
+                    "pred": a,
+                    "acc": a == right,
+                    "response_length": 10 + j,
+                    "finish_reason": "length" if j == 3 else "stop",
+                }
+            )
+    m = dataset_metrics(rec, 4)
+    assert m["avg@4"] == pytest.approx((3 + 2) / 8)
+    assert m["pass@1"] == pytest.approx((0.75 + 0.5) / 2)
+    assert m["pass@2"] == pytest.approx((1.0 + (1 - comb(2, 2) / comb(4, 2))) / 2)
+    assert m["maj@1"] == pytest.approx(0.5)  # first answers: 3 (right), 1 (wrong)
+    assert m["maj@4"] == pytest.approx(0.5)
+    assert m["response_length_mean"] == 11.5 and m["truncation_rate"] == 0.25
+    assert ks_up_to(6) == [1, 2, 4, 6] and ks_up_to(32) == [1, 2, 4, 8, 16, 32]
+
+
+def test_shared_formats_are_detected():
+    aime = load_eval_set(DATA / "aime24_dapo" / "aime-2024.parquet")
+    assert len(aime.samples) == 30 and aime.repeats == 32 and aime.extra["rows"] == 960
+    gsm = load_eval_set(DATA / "gsm8k" / "test.jsonl", template="boxed")
+    assert len(gsm.samples) == 1319 and gsm.samples[0].ground_truth == "18"
+    assert gsm.samples[0].prompt[0]["content"].endswith("within \\boxed{}.")
+    amc = load_eval_set(DATA / "amc23" / "test.jsonl", template="dapo")
+    assert amc.samples[0].ground_truth == "27.0" and "Answer: $Answer" in amc.samples[0].prompt[0]["content"]
+    qwq = load_eval_set(DATA / "qwq_eval" / "aime24.jsonl", template="boxed")
+    assert (
+        qwq.samples[0].prompt[0]["content"].count("\\boxed{}") == 1
+    )  # already asks for a box: not added twice
+    assert len(load_eval_set(DATA / "math500" / "test.jsonl").samples) == 500
+    assert load_eval_set(DATA / "aime24" / "test.jsonl").samples[0].ground_truth == "204"
+
+
+def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    build_tiny_model().save_pretrained(model_dir)
+    build_tiny_tokenizer().save_pretrained(model_dir)
+    data = tmp_path / "mini.jsonl"
+    data.write_text(
+        "".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(5))
+    )
+    out = tmp_path / "out"
+    argv = [
+        "eval",
+        "--model",
+        str(model_dir),
+        "--data",
+        str(data),
+        "--n",
+        "3",
+        "--max-tokens",
+        "6",
+        "--output",
+        str(out),
+    ]
+    assert main(argv) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(gens) == 15 and {g["problem_idx"] for g in gens} == set(range(5))
+    summary = json.loads((out / "summary.json").read_text())["mini"]
+    assert summary == {**dataset_metrics(gens, 3), "rows": 5, "rows_per_problem": 1, "dropped_prompts": 0}
+    # a rerun skips finished problems: nothing is generated again
+    assert main(argv) == 0
+    assert len((out / "generations.jsonl").read_text().splitlines()) == 15
+    # other settings into the same output are refused
+    assert main([*argv[:-2], "--temperature", "0.5", "--output", str(out)]) == 2
+    assert "other settings (temperature)" in capsys.readouterr().err
