@@ -112,3 +112,13 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     # other settings into the same output are refused
     assert main([*argv[:-2], "--temperature", "0.5", "--output", str(out)]) == 2
     assert "other settings (temperature)" in capsys.readouterr().err
+
+
+def test_a_problem_answer_parquet_is_read_too(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "pa.parquet"
+    pq.write_table(pa.table({"problem": ["1+1?", "2+2?", "1+1?"], "answer": [2, 4, 2]}), p)
+    es = load_eval_set(p)
+    assert [s.ground_truth for s in es.samples] == ["2", "4"] and es.extra["rows"] == 3

@@ -142,7 +142,7 @@ def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
     from dapo_rl.reward.math_verifier import gsm8k_ground_truth
 
     path = Path(path)
-    rows = _read_rows(path)
+    rows = _read_rows(path, required=())
     if not rows:
         raise DataError(f"{path}: no rows")
     first = rows[0][1]

@@ -64,8 +64,9 @@ def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
     return rows
 
 
-def _read_rows(path: Path) -> list[tuple[str, Any]]:
-    """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL."""
+def _read_rows(path: Path, required: tuple[str, ...] = REQUIRED_COLUMNS) -> list[tuple[str, Any]]:
+    """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL. A parquet
+    file must have the `required` columns."""
     if not path.is_file():
         raise DataError(f"{path.resolve()}: no such file")
     suffix = path.suffix.lower()
@@ -76,7 +77,7 @@ def _read_rows(path: Path) -> list[tuple[str, Any]]:
             table = pq.read_table(path)
         except Exception as e:
             raise DataError(f"{path}: not a readable parquet file ({e})") from e
-        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        missing = [c for c in required if c not in table.column_names]
         if missing:
             raise DataError(
                 f"{path}: missing column(s) {', '.join(missing)} (verl schema: data_source, prompt, "
@@ -84,21 +85,7 @@ def _read_rows(path: Path) -> list[tuple[str, Any]]:
             )
         return [(f"row {i}", r) for i, r in enumerate(table.to_pylist())]
     if suffix in (".jsonl", ".json"):
-        rows = []
-        with open(path, "rb") as fh:
-            for i, raw in enumerate(fh):
-                if not raw.strip():
-                    continue
-                try:
-                    rows.append((f"line {i + 1}", json.loads(raw.decode("utf-8"))))
-                except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    reason = (
-                        "not valid UTF-8"
-                        if isinstance(e, UnicodeDecodeError)
-                        else f"not valid JSON ({e.msg})"
-                    )
-                    raise DataError(f"{path}: line {i + 1}: {reason}") from e
-        return rows
+        return [(f"line {n}", row) for n, row in read_jsonl(path)]
     raise DataError(f"{path}: unsupported file type {suffix!r}; use .parquet or .jsonl")
 
 
