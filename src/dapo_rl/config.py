@@ -471,8 +471,6 @@ def validate_config(cfg: Config) -> None:
     ):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
-    if a.filter_groups.enable and d.gen_batch_size < d.train_batch_size:
-        pass  # several generation rounds fill the batch; allowed (verl allows it too)
     if d.train_batch_size % act.ppo_mini_batch_size:
         raise ConfigError(
             f"data.train_batch_size={d.train_batch_size} must be a multiple of "

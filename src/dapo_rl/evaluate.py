@@ -176,6 +176,30 @@ def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
 
 
 # ------------------------------------------------------------------------------------------------- running
+def score_groups(
+    tokenizer, pool, samples: Sequence[Sample], outputs
+) -> tuple[list[list[str]], list[list[dict]]]:
+    """Decode each group of generated responses and score them against their sample in one pool call.
+
+    Args:
+        tokenizer: decodes token ids (special tokens skipped).
+        pool: `RewardPool`.
+        samples: one `Sample` per group.
+        outputs: one list of `GenerationOutput` per sample.
+
+    Returns:
+        `(texts, results)`, both grouped like `outputs`.
+    """
+    texts = [tokenizer.batch_decode([o.token_ids for o in g], skip_special_tokens=True) for g in outputs]
+    items = [(s.data_source, t, s.ground_truth, s.extra_info) for s, ts in zip(samples, texts) for t in ts]
+    flat = pool.score(items)
+    results, k = [], 0
+    for ts in texts:
+        results.append(flat[k : k + len(ts)])
+        k += len(ts)
+    return texts, results
+
+
 def evaluate_dataset(
     engine,
     tokenizer,
@@ -217,29 +241,23 @@ def evaluate_dataset(
             continue
         p = replace(params, seed=None if params.seed is None else params.seed + c)
         outputs = engine.generate([ds.prompt_ids[i] for i in idx], p)
-        items, meta = [], []
-        for i, group in zip(idx, outputs):
-            s = ds.samples[i]
-            texts = tokenizer.batch_decode([o.token_ids for o in group], skip_special_tokens=True)
-            for j, (o, text) in enumerate(zip(group, texts)):
-                items.append((s.data_source, text, s.ground_truth, s.extra_info))
-                meta.append((i, j, s, o, text))
-        results = pool.score(items)
+        texts, results = score_groups(tokenizer, pool, [ds.samples[i] for i in idx], outputs)
         new = [
             {
                 "dataset": ds.name,
                 "problem_idx": i,
                 "sample_idx": j,
-                "prompt": s.prompt[-1]["content"],
+                "prompt": ds.samples[i].prompt[-1]["content"],
                 "response": text,
                 "pred": str(r.get("pred", "")),
                 "acc": bool(r["acc"]),
                 "score": float(r["score"]),
-                "ground_truth": s.ground_truth,
+                "ground_truth": ds.samples[i].ground_truth,
                 "response_length": len(o.token_ids),
                 "finish_reason": o.finish_reason,
             }
-            for (i, j, s, o, text), r in zip(meta, results)
+            for i, group, ts, rs in zip(idx, outputs, texts, results)
+            for j, (o, text, r) in enumerate(zip(group, ts, rs))
         ]
         if on_records is not None:
             on_records(new)

@@ -115,7 +115,6 @@ class Trainer:
             from dapo_rl.sft import ensure_embedded_model
 
             model_path = str(ensure_embedded_model(cfg.sft, log=log))
-        self.base_model_path = model_path
         load_path = str(ckpt / "model") if ckpt is not None else model_path
         model, self.tokenizer = load_model_and_tokenizer(
             load_path, cfg.model.dtype, cfg.model.trust_remote_code
@@ -198,15 +197,11 @@ class Trainer:
         self, samples: list[Sample], outputs
     ) -> tuple[list[list[float]], list[list[float]], list[list[str]]]:
         """Verifier scores, correctness and status (`ok`, `error`, `timeout`) per group, through the reward pool."""
-        items = []
-        for s, group in zip(samples, outputs):
-            texts = self.tokenizer.batch_decode([o.token_ids for o in group], skip_special_tokens=True)
-            items.extend((s.data_source, txt, s.ground_truth, s.extra_info) for txt in texts)
-        results = self.reward_pool.score(items)
-        scores, accs, status, k = [], [], [], 0
-        for group in outputs:
-            rs = results[k : k + len(group)]
-            k += len(group)
+        from dapo_rl.evaluate import score_groups
+
+        _, results = score_groups(self.tokenizer, self.reward_pool, samples, outputs)
+        scores, accs, status = [], [], []
+        for rs in results:
             scores.append([float(r["score"]) for r in rs])
             accs.append([float(bool(r["acc"])) for r in rs])
             status.append(["timeout" if r.get("timeout") else "error" if "error" in r else "ok" for r in rs])
