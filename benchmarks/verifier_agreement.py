@@ -31,19 +31,11 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # Disagreements examined by hand; see the report printed by this script for the judgement on each.
 KNOWN_DISAGREEMENTS_A = {
-    31: "pred 'Answer $\\n 9 \\n $' states 9: we say correct; Math-Verify's label tests that its inline-$ "
-    "regex does not span line breaks. We are right about the answer.",
-    32: "same as 31 with '\\( \\n 9 \\n \\)'. We are right about the answer.",
-    141: "long response without 'Answer:'/box ('...is 2/3. <|im_start|>user'): [INVALID] by design "
-    "(a long response must mark its final answer); Math-Verify falls back to the last expression. The text "
-    "does end with the right value; our rule is stricter on purpose.",
-    142: "same design choice as 141 ('there are 12 distinct arithmetic sequences ... I hope it is correct').",
-    143: "same design choice as 141 ('... the system is $(7, 6)$. <|im_start|>user').",
-    163: "same design choice as 141 ('... increases by 100%.').",
-    190: "gold '$\\\\boxed{35 cm} ++++++ \\\\boxed{4}$' (double-escaped, two boxes joined by '++++++'): we read "
-    "the last box, 4, and the set {35 cm, 4} is not 4. A synthetic gold; Math-Verify reads every gold box.",
+    31: "pred 'Answer $\\n 9 \\n $' states 9; the label (0) is for LaTeX-only extraction, whose inline-$ regex does "
+    "not span line breaks. Math-Verify with its default extraction (LaTeX + expressions) says 9 == 9, as we do.",
+    32: "same as 31 with '\\( \\n 9 \\n \\)'.",
     263: "'1 + 1/\\mathrm{e}' vs gold '1 - 1/\\mathrm{e}': Math-Verify parses both as 1 (\\mathrm{e} is dropped), "
-    "so its label says equal; they differ by 2/e. We are right.",
+    "so its label says equal; they differ by 2/e. We are right, the label is wrong.",
 }
 KNOWN_DISAGREEMENTS_B = {
     (3, j): "gt field '4:30p..' is a garbled copy of the reference answer '\\text{4:30 p.m.}' (the row's "
@@ -58,7 +50,8 @@ KNOWN_DISAGREEMENTS_B[(72, 7)] = (
 def is_default_row(row: dict[str, Any]) -> tuple[bool, str]:
     """Whether a Math-Verify test row was labelled with the settings this verifier uses, and if not, why.
 
-    The verifier parses with LaTeX + plain-expression extraction and compares with Math-Verify's defaults:
+    The verifier parses with LaTeX + plain-expression extraction (Math-Verify's default ``extraction_config``; a
+    row that turns either off tests that extractor alone) and compares with Math-Verify's defaults:
     ``float_rounding=6``, ``strict=True``, ``allow_set_relation_comp=False``. The 14 ``verify(parse(gold),
     parse(pred))`` rows use exactly those defaults.
     """
@@ -66,6 +59,11 @@ def is_default_row(row: dict[str, Any]) -> tuple[bool, str]:
         return True, ""
     if "latex" not in row["match_types"]:
         return False, "match_types=['expr']: LaTeX extraction disabled (plain-number extraction tests)"
+    if "expr" not in row["match_types"]:
+        return (
+            False,
+            "match_types=['latex']: plain-expression extraction disabled (LaTeX-only extraction tests)",
+        )
     if row["precision"] != 6:
         return False, f"precision={row['precision']} (float rounding), not the default 6"
     if not row["strict"]:
@@ -105,7 +103,7 @@ def figure_a(data: Path) -> dict[str, Any]:
         acc = compute_score_math(row["pred"], row["gold"])["acc"]
         ok, reason = is_default_row(row)
         if not ok:
-            excluded.append((row["id"], reason))
+            excluded.append((row["id"], reason, acc == bool(row["expected"])))
             excluded_agree += acc == bool(row["expected"])
             continue
         default_rows += 1
@@ -170,11 +168,17 @@ def main() -> None:
         note = KNOWN_DISAGREEMENTS_A.get(row_id, "NEW - not examined")
         print(f"    disagree id={row_id} expected={expected} ours={int(acc)}: {note}")
     print(f"    excluded rows: {len(a['excluded'])} (ours agree on {a['excluded_agree']} of them anyway)")
-    reasons: dict[str, list[int]] = {}
-    for row_id, reason in a["excluded"]:
-        reasons.setdefault(reason, []).append(row_id)
-    for reason, ids in reasons.items():
-        print(f"      {len(ids):>2} rows {ids}: {reason}")
+    reasons: dict[str, list[tuple[int, bool]]] = {}
+    for row_id, reason, agrees in a["excluded"]:
+        reasons.setdefault(reason, []).append((row_id, agrees))
+    for reason, items in reasons.items():
+        ids = [i for i, _ in items]
+        differ = [i for i, agrees in items if not agrees]
+        print(f"      {len(ids):>2} rows, ours agree on {len(ids) - len(differ)}: {reason}")
+        print(f"         ids {ids[0]}..{ids[-1]}; differing: {differ or 'none'}")
+        for row_id in differ:
+            if row_id in KNOWN_DISAGREEMENTS_A:
+                print(f"         id={row_id}: {KNOWN_DISAGREEMENTS_A[row_id]}")
 
     b = figure_b(args.data)
     print("\n(b) 800 labelled CoT responses (responses_math_cot_100/math_cot_100.jsonl)")

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rl.reward.extract import clean_answer, extract_final_answer, is_hedged, split_top_level
+from dapo_rl.reward.extract import (
+    clean_answer,
+    extract_final_answer,
+    fallback_final_answer,
+    gold_final_answer,
+    is_hedged,
+    split_top_level,
+)
 from dapo_rl.reward.math_verifier import (
     INVALID_PRED,
     answer_is_too_complex,
@@ -192,9 +199,57 @@ def test_correct_result_shape():
     assert compute_score_math("Answer: 541", "540") == {"score": -1.0, "acc": False, "pred": "541"}
 
 
-def test_long_response_without_marker_is_invalid():
-    response = "Let me think about this step by step. " * 10 + "So it is 540."
+LONG = "Let me think about this step by step. " * 10
+
+
+@pytest.mark.parametrize(
+    ("ending", "ground_truth", "pred", "correct"),
+    [
+        ("So it is 540.", "540", "540", True),
+        ("So it is 541.", "540", "541", False),
+        ("The answer is 540. Wait, no: it is 541.", "540", "541", False),  # the later value counts
+        ("So it is 540 or 541.", "541", "540 or 541", False),  # hedge
+        ("It is either $3$ or $4$.", "4", "3 or 4", False),
+        ("Maybe 1, 2, 3, 4, and 5.", "5", "1, 2, 3, 4, 5", False),  # a list of guesses
+        ("The roots are 3 and 4.", "3, 4", "3, 4", True),  # a list the ground truth asks for
+        ("the system is $(7, 6)$.", "(7,6)", "(7, 6)", True),
+        ("We get 5.<|im_start|>user Now 7.", "5", "5", True),  # a new chat turn ends the response
+        ("Therefore there are 12 sequences. I hope it is correct.", "12", "12", True),
+        ("It costs 1,000 dollars.", "1000", "1000", True),
+        ("The error increases by 100%.", "100", "100", True),
+    ],
+)
+def test_long_response_without_marker_falls_back_to_its_last_sentence(ending, ground_truth, pred, correct):
+    result = compute_score_math(LONG + ending, ground_truth)
+    assert result == {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+
+
+def test_long_response_without_any_number_at_its_end_is_invalid():
+    response = "The value is 540. " + "Let me think about this step by step. " * 10 + "Done."
     assert compute_score_math(response, "540") == {"score": -1.0, "acc": False, "pred": INVALID_PRED}
+
+
+def test_fallback_window_never_starts_inside_a_math_span():
+    # 600+ characters of one $...$ span: the window must not read its closing "$" as an opening one.
+    response = "$" + "x + " * 200 + "1$ and so we get 7."
+    assert fallback_final_answer(response) == "7"
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        (
+            "$\\\\boxed{35 cm} ++++++ \\\\boxed{4}$",
+            "35 cm, 4",
+        ),  # boxes that only symbols separate: one answer
+        ("\\boxed{1} no no no no no \\boxed{2}", "2"),  # words between boxes: the last one
+        ("\\boxed{1}, \\boxed{2}", "1, 2"),
+        ("so \\boxed{3} and again \\boxed{3}", "3"),
+        ("540", "540"),
+    ],
+)
+def test_gold_final_answer(gold, answer):
+    assert gold_final_answer(gold) == answer
 
 
 def test_empty_response_is_invalid():
@@ -275,22 +330,22 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _is_default_row(row: dict) -> bool:
-    """Rows labelled with this verifier's settings: LaTeX extraction on, float_rounding=6, strict, no
+    """Rows labelled with this verifier's settings: LaTeX + expression extraction, float_rounding=6, strict, no
     set-relation comparison (the 14 ``verify(parse(gold), parse(pred))`` rows use those defaults)."""
     if row.get("match_types") is None:
         return True
     return (
-        "latex" in row["match_types"]
+        set(row["match_types"]) == {"latex", "expr"}
         and row["precision"] == 6
         and row["strict"]
         and not row["allow_set_relation_comp"]
     )
 
 
-# Examined by hand (judgements in benchmarks/verifier_agreement.py): 31, 32 and 263 are Math-Verify quirks where
-# this verifier is right; 141, 142, 143, 163 are long responses without a final-answer marker ([INVALID] by
-# design); 190 is a synthetic double-escaped gold with two boxes.
-KNOWN_DISAGREEMENTS_A = {31, 32, 141, 142, 143, 163, 190, 263}
+# Examined by hand (judgement in benchmarks/verifier_agreement.py): 263 is labelled equal only because Math-Verify
+# drops \mathrm{e}; 1 - 1/e and 1 + 1/e differ. Rows with LaTeX-only or expression-only extraction are not at the
+# verifier's default settings (LaTeX + expressions) and are reported, not asserted, by the benchmark.
+KNOWN_DISAGREEMENTS_A = {263}
 # Label errors of the Qwen2.5-Math grader: idx 3 (gt field garbled from "\text{4:30 p.m.}"), idx 72 response 7
 # (\boxed{10000} for 10{,}000).
 KNOWN_DISAGREEMENTS_B = {(3, j) for j in range(8)} | {(72, 7)}
@@ -300,14 +355,14 @@ KNOWN_DISAGREEMENTS_B = {(3, j) for j in range(8)} | {(72, 7)}
 def test_agreement_with_math_verify_labels():
     rows = _jsonl(DATA / "answer_equivalence" / "math_verify_test_cases.jsonl")
     default_rows = [row for row in rows if _is_default_row(row)]
-    assert len(rows) == 268 and len(default_rows) == 242
+    assert len(rows) == 268 and len(default_rows) == 149
     disagreements = {
         row["id"]
         for row in default_rows
         if compute_score_math(row["pred"], row["gold"])["acc"] != bool(row["expected"])
     }
     assert disagreements == KNOWN_DISAGREEMENTS_A
-    assert len(default_rows) - len(disagreements) == 234
+    assert len(default_rows) - len(disagreements) == 148
 
 
 @needs_data

@@ -7,6 +7,8 @@ Three steps turn a model response into a comparable answer string:
    whichever comes later in the text. Boxes that end the response one after another ("\\boxed{1} and
    \\boxed{2}") are read together as one list answer. Only the last answer counts, so an earlier right answer
    followed by a wrong one is wrong.
+   A long response with neither gives the last number or math span of its last sentences
+   (:func:`fallback_final_answer`); a reference solution is read by :func:`gold_final_answer`.
 2. :func:`clean_answer` strips presentation: Markdown, math delimiters, ``\\text{}`` wrappers, units,
    trailing punctuation, thousands separators, "x =" assignments, zero padding, "27.0" -> "27" and so on.
 3. :func:`is_hedged` flags answers that offer several candidates ("540 or 541", "either 3 or 4",
@@ -23,7 +25,9 @@ __all__ = [
     "BOX_COMMANDS",
     "clean_answer",
     "extract_final_answer",
+    "fallback_final_answer",
     "find_boxed",
+    "gold_final_answer",
     "has_top_level_equation",
     "is_hedged",
     "is_multi_valued",
@@ -240,6 +244,91 @@ def extract_final_answer(text: str) -> str | None:
         return box_text
     # The answer line comes after the box; an answer line that is only prose around nothing keeps priority.
     return line_text
+
+
+_CHAT_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|start_header_id)\|>|</s>")
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\$(.+?)\$|\\\((.+?)\\\)", re.DOTALL)
+_NUMBER_TOKEN = re.compile(r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*%)?")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_LIST_GAP = re.compile(r"(?i)\s*(?:[,;]|\s(?:and|or|either)\s|,\s*(?:and|or)\s)\s*")
+
+FALLBACK_WINDOW_CHARS = 600
+"""The fallback reads only this many characters at the end of a response."""
+
+FALLBACK_SENTENCES = 3
+"""... and only its last this-many sentences."""
+
+
+def fallback_final_answer(text: str) -> str | None:
+    """The answer a response without "Answer:" or ``\\boxed{}`` ends on, or ``None``.
+
+    What Math-Verify does for such responses (its last-expression fallback), narrowed to the end of the text: a
+    chat-template token the model went on to emit (``<|im_start|>user``, ``<|im_end|>``, ...) ends the response,
+    "I hope it is correct." is dropped, then among the last :data:`FALLBACK_SENTENCES` sentences of the last
+    :data:`FALLBACK_WINDOW_CHARS` characters the last one holding a math span (``$..$``, ``\\(..\\)``,
+    ``$$..$$``, ``\\[..\\]``) or a number gives its last such candidate ("... the system is $(7, 6)$." ->
+    ``"(7, 6)"``; "... increases by 100%." -> ``"100%"``). Candidates listed right before it come with it
+    ("1, 2, 3" -> ``"1, 2, 3"``; "3 or 4" -> ``"3 or 4"``), so the hedge rule still sees a list of guesses.
+    A window that would start inside ``$...$`` starts after it, so a ``$`` is never read half-open.
+
+    Args:
+        text: the decoded response.
+
+    Returns:
+        The raw candidate text, or ``None`` when the end of the response holds no number and no math.
+    """
+    chat = _CHAT_TOKEN.search(text)
+    body = _HOPE.sub("", text[: chat.start()] if chat else text)
+    if len(body) > FALLBACK_WINDOW_CHARS:
+        cut = len(body) - FALLBACK_WINDOW_CHARS
+        if len(re.findall(r"(?<!\\)\$", body[:cut])) % 2:  # the cut falls inside $...$: start after it closes
+            close = body.find("$", cut)
+            cut = len(body) if close == -1 else close + 1
+        body = body[cut:]
+    sentences = [s for s in _SENTENCE_END.split(body) if s.strip()]
+    for sentence in reversed(sentences[-FALLBACK_SENTENCES:]):
+        candidates: list[tuple[int, int, str]] = []
+        for span in _MATH_SPAN.finditer(sentence):
+            content = next(g for g in span.groups() if g is not None)
+            candidates.append((span.start(), span.end(), content.strip()))
+        outside = _MATH_SPAN.sub(lambda m: " " * len(m.group(0)), sentence)
+        for number in _NUMBER_TOKEN.finditer(outside):
+            candidates.append((number.start(), number.end(), number.group(0).strip()))
+        if not candidates:
+            continue
+        candidates.sort()
+        # The last candidate, with the candidates listed right before it ("1, 2 or 3"): a list stays a list.
+        run = [candidates[-1]]
+        joiner = ", "
+        for cand in reversed(candidates[:-1]):
+            between = sentence[cand[1] : run[0][0]]
+            if not _LIST_GAP.fullmatch(between):
+                break
+            if _HEDGE_WORD.search(between):
+                joiner = " or "
+            run.insert(0, cand)
+        return joiner.join(c[2] for c in run)
+    return None
+
+
+def gold_final_answer(text: str) -> str:
+    """The answer a reference solution states.
+
+    Boxes at the end of a ground truth that only symbols separate ("$\\boxed{35 cm} ++++++ \\boxed{4}$") are
+    the parts of one answer and are joined with ``", "``; otherwise the gold reads like a response
+    (:func:`extract_final_answer`: the last "Answer:" line or last box, "\\boxed{1} no ... \\boxed{2}" -> "2"),
+    and a text with neither is the answer itself. Both verdicts are Math-Verify's on its own test pairs.
+    """
+    boxes = find_boxed(text)
+    run = boxes[-1:]
+    for prev in reversed(boxes[:-1]):
+        if re.search(r"[A-Za-z]", text[prev[1] : run[0][0]].replace("\\", "")):
+            break
+        run.insert(0, prev)
+    parts = list(dict.fromkeys(content.strip() for _s, _e, content in run))
+    if len(parts) > 1:
+        return ", ".join(parts)
+    return extract_final_answer(text) or text
 
 
 # --- cleaning -------------------------------------------------------------------------------------------

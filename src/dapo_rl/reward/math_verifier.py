@@ -5,7 +5,9 @@ DAPO's own scorer (:mod:`dapo_rl.reward.math_dapo`) compares normalised strings,
 keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but judges the answer itself:
 
 1. extract the final answer (:func:`~dapo_rl.reward.extract.extract_final_answer`: the later of the last
-   "Answer:" line and the last ``\\boxed{}``; a short response with neither is read whole);
+   "Answer:" line and the last ``\\boxed{}``; a short response with neither is read whole, a longer one
+   by :func:`~dapo_rl.reward.extract.fallback_final_answer`: the last number or math span of its last
+   sentences, as Math-Verify falls back to the last expression);
 2. clean it (:func:`~dapo_rl.reward.extract.clean_answer`), and the ground truth the same way;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
    to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``);
@@ -29,6 +31,8 @@ from typing import Any
 from dapo_rl.reward.extract import (
     clean_answer,
     extract_final_answer,
+    fallback_final_answer,
+    gold_final_answer,
     has_top_level_equation,
     is_hedged,
     looks_like_prose,
@@ -344,7 +348,9 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
     """Score one response to a math problem on DAPO's ±1 scale, judging the final answer mathematically.
 
     Steps: extract the final answer (the later of the last "Answer:" line and the last ``\\boxed{}``; when
-    neither exists, the whole response if it is at most :data:`SHORT_RESPONSE_CHARS` characters) -> clean it
+    neither exists, the whole response if it is at most :data:`SHORT_RESPONSE_CHARS` characters, else the last
+    number or math span of its last sentences, :func:`~dapo_rl.reward.extract.fallback_final_answer`;
+    the ground truth through :func:`~dapo_rl.reward.extract.gold_final_answer`) -> clean it
     and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> a hedge ("540 or 541", several
     different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
     make over-long, over-nested or exponent-tower answers wrong without parsing -> equal strings or equal
@@ -384,12 +390,18 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
         gold_text = _ground_truth_text(ground_truth)
         raw = extract_final_answer(solution_str)
         if raw is None:
-            if len(solution_str.strip()) > SHORT_RESPONSE_CHARS or not solution_str.strip():
+            if not solution_str.strip():
                 return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
-            raw = solution_str
+            raw = (
+                solution_str
+                if len(solution_str.strip()) <= SHORT_RESPONSE_CHARS
+                else fallback_final_answer(solution_str)
+            )
+            if raw is None:
+                return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
         if len(raw) > RAW_ANSWER_CHARS:
             return {"score": WRONG_SCORE, "acc": False, "pred": raw[:MAX_ANSWER_CHARS]}
-        gold_raw = extract_final_answer(gold_text) or gold_text
+        gold_raw = gold_final_answer(gold_text)
         gold = clean_answer(gold_raw)
         gold_is_equation = has_top_level_equation(gold)
         pred = clean_answer(raw, strip_assignment=not gold_is_equation)
