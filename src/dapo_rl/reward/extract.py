@@ -278,7 +278,10 @@ def fallback_final_answer(text: str) -> str | None:
         The raw candidate text, or ``None`` when the end of the response holds no number and no math.
     """
     chat = _CHAT_TOKEN.search(text)
-    body = _HOPE.sub("", text[: chat.start()] if chat else text)
+    body = text[: chat.start()] if chat else text
+    hope = body.rfind("I hope it is correct", max(0, len(body) - 2 * FALLBACK_WINDOW_CHARS))
+    if hope != -1:
+        body = body[:hope]
     if len(body) > FALLBACK_WINDOW_CHARS:
         cut = len(body) - FALLBACK_WINDOW_CHARS
         if len(re.findall(r"(?<!\\)\$", body[:cut])) % 2:  # the cut falls inside $...$: start after it closes

@@ -53,6 +53,9 @@ class VLLMRolloutEngine:
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        # vLLM sets torch to one intra-op thread for the whole process unless OMP_NUM_THREADS is set; the actor
+        # shares this process, so keep the threads it has (a user's own OMP_NUM_THREADS still wins).
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         from vllm import LLM
 
         self.llm = LLM(
