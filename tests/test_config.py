@@ -65,6 +65,8 @@ def test_wrong_type_is_a_config_error():
         ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
         ("algorithm.filter_groups.on_exhausted=ignore", "on_exhausted"),
         ("rollout.temperature=0", "greedy"),
+        ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
+        ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),
     ],
 )
 def test_invalid_values_name_the_setting(override, message):

@@ -67,7 +67,38 @@ def test_jsonl_rows_and_string_prompts(tmp_path):
         ({"prompt": "x"}, "reward_model.ground_truth"),
         ({"prompt": "x", "reward_model": {"ground_truth": "  "}}, "reward_model.ground_truth"),
         ({"prompt": 3, "reward_model": {"ground_truth": "1"}}, "'prompt'"),
-        ({"prompt": [{"role": "user"}], "reward_model": {"ground_truth": "1"}}, "'prompt'"),
+        ({"prompt": [{"role": "user"}], "reward_model": {"ground_truth": "1"}}, "'prompt[0]'"),
+        ({"prompt": [], "reward_model": {"ground_truth": "1"}}, "'prompt'"),
+        (
+            {"reward_model": {"ground_truth": "1"}},
+            "'prompt' must be a string or a non-empty list of chat messages (missing)",
+        ),
+        (
+            {"prompt": [{"role": 1, "content": "x"}], "reward_model": {"ground_truth": "1"}},
+            "'prompt[0].role'",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": " "}], "reward_model": {"ground_truth": "1"}},
+            "'prompt[0].content' is empty",
+        ),
+        ({"prompt": "x", "reward_model": "1"}, "'reward_model' must be an object"),
+        (
+            {"prompt": "x", "reward_model": {"ground_truth": [1, 2]}},
+            "'reward_model.ground_truth' must be a string or a number (got list",
+        ),
+        (
+            {"prompt": "x", "reward_model": {"ground_truth": True}},
+            "'reward_model.ground_truth' must be a string or a number (got bool",
+        ),
+        (
+            {"prompt": "x", "reward_model": {"ground_truth": "1"}, "extra_info": [1]},
+            "'extra_info' must be an object",
+        ),
+        (
+            {"prompt": "x", "reward_model": {"ground_truth": "1"}, "data_source": 7},
+            "'data_source' must be a string",
+        ),
+        ([1, 2], "expected an object"),
     ],
 )
 def test_bad_rows_name_file_row_and_field(tmp_path, row, field):
@@ -150,3 +181,52 @@ def test_invalid_json_names_the_file_line(tmp_path):
     p.write_text('{"prompt": "a", "reward_model": {"ground_truth": "1"}}\n\n{"prompt": \n')
     with pytest.raises(DataError, match=r"broken.jsonl: line 3: not valid JSON"):
         load_samples(p)
+
+
+def test_invalid_utf8_names_the_file_line(tmp_path):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes(
+        b'{"prompt": "ok", "reward_model": {"ground_truth": "1"}}\n{"prompt": "caf\xe9", "reward_model": {"ground_truth": "1"}}\n'
+    )
+    with pytest.raises(DataError, match=r"latin1.jsonl: line 2: not valid UTF-8"):
+        load_samples(p)
+
+
+def test_unreadable_parquet_names_the_file(tmp_path):
+    p = tmp_path / "fake.parquet"
+    p.write_text("this is not parquet")
+    with pytest.raises(DataError, match=r"fake.parquet: not a readable parquet file"):
+        load_samples(p)
+
+
+def test_parquet_bad_row_names_row_and_field(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "rows.parquet"
+    prompts = [[{"role": "user", "content": "1+1?"}], [{"role": "user", "content": "2+2?"}]]
+    pq.write_table(
+        pa.table({"prompt": prompts, "reward_model": [{"ground_truth": "2"}, {"ground_truth": ""}]}), p
+    )
+    with pytest.raises(
+        DataError, match=r"rows.parquet: row 1: field 'reward_model.ground_truth' is missing or empty"
+    ):
+        load_samples(p)
+
+
+def test_skip_invalid_skips_and_collects_bad_rows(tmp_path):
+    p = tmp_path / "mixed.jsonl"
+    good = {"prompt": "ok", "reward_model": {"ground_truth": "1"}}
+    p.write_bytes(
+        (json.dumps(good) + "\n" + json.dumps({"prompt": "x"}) + "\n").encode()
+        + b"{not json\n"
+        + b'{"prompt": "\xff"}\n'
+        + (json.dumps(good) + "\n").encode()
+    )
+    errors: list[DataError] = []
+    samples = load_samples(p, errors=errors)
+    assert [s.uid for s in samples] == ["mixed:0", "mixed:2"]  # uid counts rows that parsed as JSON
+    assert [str(e).split(": ", 1)[1].split(":")[0] for e in errors] == ["line 3", "line 4", "line 2"]
+    assert "reward_model.ground_truth" in str(errors[2])
+    with pytest.raises(DataError):  # a missing file still stops the run
+        load_samples(tmp_path / "nope.jsonl", errors=errors)

@@ -1,13 +1,10 @@
 """End to end: the real `dapo` command on the real tiny model and the shared data files (slow: about 3 minutes)."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from e2e import dapo, rows_of
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -35,31 +32,6 @@ SMALL = [
 ]
 
 pytestmark = pytest.mark.slow
-
-
-def dapo(*args, cwd=None, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "dapo_rl.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=900,
-    )
-
-
-@pytest.fixture(scope="session")
-def base_model(tmp_path_factory):
-    """A short supervised warm-up of the embedded recipe (the real `dapo sft`), shared by the tests."""
-    out = tmp_path_factory.mktemp("base") / "model"
-    r = dapo("sft", "sft.steps=250", "sft.task.size=20000", f"sft.output_dir={out}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return out
-
-
-def rows_of(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_train_checkpoint_and_resume(base_model, tmp_path):
@@ -120,6 +92,7 @@ def test_real_data_validates_on_aime_then_stops_with_the_dynamic_sampling_messag
         "data.max_prompt_length=2048",
         "trainer.total_training_steps=2",
         "data.gen_batch_size=8",
+        "data.train_batch_size=8",
         "rollout.n=4",
         "algorithm.filter_groups.max_num_gen_batches=2",
         "data.val_max_samples=64",
@@ -127,7 +100,7 @@ def test_real_data_validates_on_aime_then_stops_with_the_dynamic_sampling_messag
     )
     assert r.returncode == 3, (r.stdout[-2000:], r.stderr[-3000:])
     assert "Traceback" not in r.stderr
-    assert "dynamic sampling kept 0 of the 32 prompt groups" in r.stderr
+    assert "dynamic sampling kept 0 of the 8 prompt groups" in r.stderr
     assert "max_num_gen_batches" in r.stderr and "on_exhausted=partial" in r.stderr
     rows = rows_of(run)
     assert rows[0]["step"] == 0 and rows[0]["val/aime-2024/acc"] == 0.0
@@ -139,3 +112,45 @@ def test_bad_config_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
     r = dapo("train", f"model.path={tmp_path / 'nope'}", f"trainer.output_dir={tmp_path / 'r'}")
     assert r.returncode == 2 and "model.path" in r.stderr and "no such directory" in r.stderr
+
+
+def _without_eos(base_model: Path, tmp_path: Path) -> Path:
+    import json
+    import shutil
+
+    model = tmp_path / "no_eos"
+    shutil.copytree(base_model, model)
+    cfg_path = model / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(eos_token=None, pad_token=None)
+    cfg_path.write_text(json.dumps(cfg))
+    return model
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no_eos", "the tokenizer has no eos token"),
+        ("context", "= 4098 tokens exceeds the model's context (max_position_embeddings=4096"),
+        (
+            "small_data",
+            "data.gen_batch_size=64 prompts per generation round, but the training data (chain_sum) has only 10",
+        ),
+        ("gen_lt_train", "data.gen_batch_size=16 must be >= data.train_batch_size=32"),
+        ("missing_data", "nope.parquet: no such file"),
+    ],
+)
+def test_bad_setup_is_one_line_exit_2_before_heavy_work(base_model, tmp_path, case, message):
+    model = _without_eos(base_model, tmp_path) if case == "no_eos" else base_model
+    extra = {
+        "no_eos": [],
+        "context": ["data.max_prompt_length=4000", "data.max_response_length=98"],
+        "small_data": ["data.train_reasoning_gym.size=10"],
+        "gen_lt_train": ["data.gen_batch_size=16"],
+        "missing_data": [f"data.train_files=[{tmp_path / 'nope.parquet'}]"],
+    }[case]
+    r = dapo("train", f"model.path={model}", f"trainer.output_dir={tmp_path / 'run'}", *extra)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

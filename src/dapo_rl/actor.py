@@ -15,21 +15,23 @@ from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_model_and_tokenizer(path: str, dtype: str = "float32", trust_remote_code: bool = False):
-    """Load a local Hugging Face causal-LM checkpoint and its tokenizer.
+def load_tokenizer(path: str, trust_remote_code: bool = False, max_total_length: int | None = None):
+    """Load and check the tokenizer of a local Hugging Face checkpoint, without its weights (cheap, so every
+    checkpoint problem is reported before any heavy work).
 
     Args:
         path: checkpoint directory (config.json, weights, tokenizer files).
-        dtype: `float32` or `bfloat16`.
-        trust_remote_code: allow modelling code shipped with the checkpoint.
+        trust_remote_code: allow code shipped with the checkpoint.
+        max_total_length: prompt + response tokens the run needs, checked against `max_position_embeddings`.
 
     Returns:
-        `(model, tokenizer)`; the tokenizer's pad token falls back to eos when missing.
+        The tokenizer; its pad token falls back to eos when missing.
 
     Raises:
-        ConfigError: the path does not exist or holds no loadable model, or the tokenizer has no eos token.
+        ConfigError: the path does not exist or is not a Hugging Face checkpoint, the tokenizer has no eos token,
+            or `max_total_length` exceeds the model's context.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     if not os.path.isdir(path):
         raise ConfigError(f"model.path={path}: no such directory (give a local Hugging Face checkpoint)")
@@ -37,16 +39,45 @@ def load_model_and_tokenizer(path: str, dtype: str = "float32", trust_remote_cod
         raise ConfigError(f"model.path={path}: no config.json, so not a Hugging Face checkpoint directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
+        model_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.path={path}: cannot load a tokenizer and model config from it ({e})") from e
+    if tokenizer.eos_token_id is None:
+        raise ConfigError(f"model.path={path}: the tokenizer has no eos token, so responses could never stop")
+    ctx = getattr(model_config, "max_position_embeddings", None)
+    if max_total_length is not None and ctx is not None and max_total_length > ctx:
+        raise ConfigError(
+            f"data.max_prompt_length + data.max_response_length = {max_total_length} tokens exceeds the model's "
+            f"context (max_position_embeddings={ctx} in {path}/config.json)"
+        )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False):
+    """Load the causal LM of a local Hugging Face checkpoint (`float32` or `bfloat16`).
+
+    Raises:
+        ConfigError: the weights cannot be loaded as a causal LM.
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(
             path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as e:
         raise ConfigError(f"model.path={path}: cannot load a causal LM from it ({e})") from e
-    if tokenizer.eos_token_id is None:
-        raise ConfigError(f"model.path={path}: the tokenizer has no eos token, so responses could never stop")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+
+
+def load_model_and_tokenizer(
+    path: str, dtype: str = "float32", trust_remote_code: bool = False, max_total_length: int | None = None
+):
+    """`(load_model(...), load_tokenizer(...))`: see those for arguments and errors (the tokenizer is checked
+    first)."""
+    tokenizer = load_tokenizer(path, trust_remote_code, max_total_length)
+    return load_model(path, dtype, trust_remote_code), tokenizer
 
 
 @dataclass

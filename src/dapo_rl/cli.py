@@ -1,7 +1,8 @@
 """The `dapo` command: `dapo train`, `dapo sft`, `dapo score`, `dapo plot`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
-fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds.
+fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
+steps in a row had a non-finite loss or gradient.
 """
 
 from __future__ import annotations
@@ -128,7 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from tqdm import tqdm
 
-        from dapo_rl.trainer import EXIT_DYNAMIC_SAMPLING_EXHAUSTED, DynamicSamplingExhausted, Trainer
+        from dapo_rl.trainer import (
+            EXIT_DYNAMIC_SAMPLING_EXHAUSTED,
+            EXIT_TRAINING_DIVERGED,
+            DynamicSamplingExhausted,
+            Trainer,
+            TrainingDiverged,
+        )
 
         trainer = Trainer(cfg, resume=args.resume, log=tqdm.write)
         print(f"dapo train: run directory {trainer.out}", flush=True)
@@ -137,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         except DynamicSamplingExhausted as e:
             print(f"dapo train: stopped at step {trainer.step}: {e}", file=sys.stderr)
             return EXIT_DYNAMIC_SAMPLING_EXHAUSTED
+        except TrainingDiverged as e:
+            print(f"dapo train: stopped at step {trainer.step}: {e}", file=sys.stderr)
+            return EXIT_TRAINING_DIVERGED
         print(
             f"dapo train: done. metrics: {trainer.metrics_path}  plot: {trainer.out / 'training_dynamics.png'}"
         )
@@ -247,6 +257,7 @@ def _eval(args) -> int:
             "model_path": model_path,
             "max_model_len": args.max_prompt_length + args.max_tokens,
             "seed": args.seed,
+            "max_num_seqs": args.batch_size,
         }
         if args.engine == "vllm"
         else {}

@@ -87,6 +87,10 @@ class DataConfig:
     """Shuffle the training prompts each epoch with a seeded generator (the order continues on resume)."""
     val_max_samples: int = -1
     """Use only the first N validation prompts of each validation set (-1: all)."""
+    skip_invalid: bool = False
+    """Malformed rows (no ground truth, a prompt that is not text or chat messages, wrong types, a line that is not
+    UTF-8 JSON) stop the run with an error naming file, row and field; `true` skips them, counts them in
+    `data/skipped_rows` and logs the first few. Unreadable files and missing columns always stop the run."""
 
 
 @dataclass
@@ -191,7 +195,7 @@ class RolloutConfig:
     top_k: int = -1
     """-1: no top-k."""
     micro_batch_size: int = 512
-    """Sequences generated together by the transformers engine."""
+    """Sequences generated together: one batch of the transformers engine; vLLM's `max_num_seqs`."""
     kv_cache_gib: float = 1.0
     """vLLM on CPU: KV-cache size in GiB (without it vLLM-CPU reserves ~12 GiB)."""
     gpu_memory_utilization: float = 0.5
@@ -241,6 +245,9 @@ class TrainerConfig:
     num_threads: int = 0
     """torch intra-op threads; 0 keeps torch's default (all cores)."""
     progress_bar: bool = True
+    max_consecutive_bad_steps: int = 5
+    """Stop the run after this many steps in a row whose update had a non-finite loss or gradient (each such
+    optimizer step is skipped and counted in `train/skipped_updates`); 0: never stop."""
 
 
 @dataclass
@@ -471,6 +478,15 @@ def validate_config(cfg: Config) -> None:
     ):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
+    if d.gen_batch_size < d.train_batch_size:
+        raise ConfigError(
+            f"data.gen_batch_size={d.gen_batch_size} must be >= data.train_batch_size={d.train_batch_size}: one "
+            "generation round must be able to fill a training batch (DAPO samples 3x train_batch_size)"
+        )
+    if cfg.trainer.max_consecutive_bad_steps < 0:
+        raise ConfigError(
+            f"trainer.max_consecutive_bad_steps={cfg.trainer.max_consecutive_bad_steps} must be >= 0 (0: never stop)"
+        )
     if d.train_batch_size % act.ppo_mini_batch_size:
         raise ConfigError(
             f"data.train_batch_size={d.train_batch_size} must be a multiple of "
@@ -499,3 +515,72 @@ def validate_config(cfg: Config) -> None:
 def to_yaml(cfg: Config) -> str:
     """The resolved config as YAML (written to `<output_dir>/config.yaml`)."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+HARMLESS_ON_RESUME: tuple[str, ...] = (
+    "trainer.total_training_steps",
+    "trainer.test_freq",
+    "trainer.val_before_train",
+    "trainer.save_freq",
+    "trainer.max_ckpt_to_keep",
+    "trainer.num_threads",
+    "trainer.progress_bar",
+    "trainer.max_consecutive_bad_steps",
+    "reward.num_workers",
+    "reward.timeout_s",
+    "rollout.micro_batch_size",
+    "rollout.kv_cache_gib",
+    "rollout.gpu_memory_utilization",
+    "rollout.val_kwargs.",
+    "actor.ppo_micro_batch_size",
+    "data.val_files",
+    "data.val_reasoning_gym.",
+    "data.val_max_samples",
+    "sft.",
+)
+"""Settings a resumed run may change (with a warning): length, logging, validation, checkpoint cadence, speed and
+memory knobs whose effect on the numbers is at most float-reduction order. A key ending in "." covers a section."""
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def resume_config_diff(saved_yaml: str | os.PathLike, cfg: Config) -> tuple[list[str], list[str]]:
+    """Compare a run's saved `config.yaml` with the configuration it is being resumed with.
+
+    Args:
+        saved_yaml: the run directory's `config.yaml` (written when the run started or last resumed).
+        cfg: the configuration of the resume.
+
+    Returns:
+        `(refused, harmless)`: lines `key: saved -> now` for changed settings that change the run's meaning (the
+        algorithm, data, model, sampling, optimisation, seed) and for those in `HARMLESS_ON_RESUME` or absent from
+        the saved file (a setting newer than the run).
+
+    Raises:
+        ConfigError: the saved file cannot be read as YAML.
+    """
+    try:
+        saved = _flatten(OmegaConf.to_container(OmegaConf.load(saved_yaml)) or {})
+    except (OSError, OmegaConfBaseException, ValueError) as e:
+        raise ConfigError(f"--resume: cannot read the run's saved config {saved_yaml}: {e}") from e
+    now = _flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    refused, harmless = [], []
+    for key in sorted(set(saved) | set(now)):
+        before, after = saved.get(key, "<absent>"), now.get(key, "<absent>")
+        if before == after:
+            continue
+        line = f"{key}: {before!r} -> {after!r}"
+        if key not in saved or any(
+            key == h or (h.endswith(".") and key.startswith(h)) for h in HARMLESS_ON_RESUME
+        ):
+            harmless.append(line)
+        else:
+            refused.append(line)
+    return refused, harmless

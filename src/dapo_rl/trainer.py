@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dapo_rl.actor import Actor, TrainBatch, load_model_and_tokenizer
+from dapo_rl.actor import Actor, TrainBatch, load_model, load_tokenizer
 from dapo_rl.algo import compute_grpo_advantages, filter_groups, overlong_penalty
-from dapo_rl.config import Config, ConfigError, to_yaml
+from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, Sample, load_samples, reasoning_gym_samples
+from dapo_rl.data.dataset import DataError
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams, build_engine
@@ -30,8 +32,33 @@ EXIT_DYNAMIC_SAMPLING_EXHAUSTED = 3
 """Exit code of `dapo train` when dynamic sampling could not fill a batch within `max_num_gen_batches` rounds."""
 
 
+EXIT_TRAINING_DIVERGED = 4
+"""Exit code of `dapo train` after `trainer.max_consecutive_bad_steps` steps in a row with a non-finite update."""
+
+FAULT_ENV = "DAPO_RL_FAULT_AT"
+"""Fault injection for crash tests: a comma-separated list of `<point>:<step>`. At `rollout` (responses generated,
+not yet scored), `update` (optimizer steps taken, engine not yet synced, nothing written), `checkpoint` (model
+written to the temporary directory, trainer state not yet) the process SIGKILLs itself; `nan_loss` makes that
+step's advantages NaN, so its loss is NaN. Unset in normal use."""
+
+
 class DynamicSamplingExhausted(RuntimeError):
     """Dynamic sampling hit `algorithm.filter_groups.max_num_gen_batches` before the batch was full."""
+
+
+class TrainingDiverged(RuntimeError):
+    """`trainer.max_consecutive_bad_steps` steps in a row had a non-finite loss or gradient."""
+
+
+def _fault_at(point: str, step: int) -> bool:
+    """Whether `DAPO_RL_FAULT_AT` asks for a fault at this point and step (see `FAULT_ENV`)."""
+    spec = os.environ.get(FAULT_ENV, "")
+    return bool(spec) and f"{point}:{step}" in (x.strip() for x in spec.split(","))
+
+
+def _crash_point(point: str, step: int) -> None:
+    if _fault_at(point, step):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -106,6 +133,17 @@ class Trainer:
                 "is nothing to resume; remove that directory or choose another trainer.output_dir"
             )
 
+        if ckpt is not None and (self.out / "config.yaml").is_file():
+            refused, harmless = resume_config_diff(self.out / "config.yaml", cfg)
+            if refused:
+                raise ConfigError(
+                    f"--resume: {len(refused)} setting(s) differ from the run's saved config and change what it "
+                    f"trains: {'; '.join(refused)}. Resume with the saved values ({self.out / 'config.yaml'}) or "
+                    "start a new trainer.output_dir"
+                )
+            if harmless:
+                log(f"warning: --resume with changed settings: {'; '.join(harmless)}")
+
         if t.num_threads > 0:
             torch.set_num_threads(t.num_threads)
         _seed_everything(t.seed)
@@ -116,22 +154,32 @@ class Trainer:
 
             model_path = str(ensure_embedded_model(cfg.sft, log=log))
         load_path = str(ckpt / "model") if ckpt is not None else model_path
-        model, self.tokenizer = load_model_and_tokenizer(
-            load_path, cfg.model.dtype, cfg.model.trust_remote_code
-        )
-        ctx = getattr(model.config, "max_position_embeddings", None)
         need = cfg.data.max_prompt_length + cfg.data.max_response_length
-        if ctx is not None and need > ctx:
-            raise ConfigError(
-                f"data.max_prompt_length + data.max_response_length = {need} tokens exceeds the model's context "
-                f"(max_position_embeddings={ctx})"
-            )
+        self.tokenizer = load_tokenizer(load_path, cfg.model.trust_remote_code, max_total_length=need)
 
+        self._skip_errors: list[DataError] | None = [] if cfg.data.skip_invalid else None
         self.train_data = self._train_dataset()
         self.val_data = self._val_datasets()
+        self.skipped_rows = len(self._skip_errors or [])
+        if self.skipped_rows:
+            shown = "; ".join(str(e) for e in self._skip_errors[:3])
+            more = f" (and {self.skipped_rows - 3} more)" if self.skipped_rows > 3 else ""
+            log(f"data: skipped {self.skipped_rows} malformed rows (data.skip_invalid=true): {shown}{more}")
         if self.train_data.num_dropped:
             log(f"data: dropped {self.train_data.num_dropped} training prompts over data.max_prompt_length")
+        if len(self.train_data) < cfg.data.gen_batch_size:
+            raise ConfigError(
+                f"data.gen_batch_size={cfg.data.gen_batch_size} prompts per generation round, but the training data "
+                f"({self.train_data.name}) has only {len(self.train_data)} usable prompts"
+                + (
+                    f" ({self.train_data.num_dropped} dropped over data.max_prompt_length)"
+                    if self.train_data.num_dropped
+                    else ""
+                )
+                + "; lower data.gen_batch_size and data.train_batch_size or add data"
+            )
         self.sampler = EpochSampler(len(self.train_data), seed=t.seed, shuffle=cfg.data.shuffle)
+        model = load_model(load_path, cfg.model.dtype, cfg.model.trust_remote_code)
         self.actor = Actor(model, cfg.actor, cfg.algorithm, temperature=cfg.rollout.temperature)
         try:
             self.engine = self._build_engine(model, load_path, need)
@@ -139,6 +187,7 @@ class Trainer:
             raise ConfigError(str(e)) from e
         self.reward_pool = RewardPool(cfg.reward.name, cfg.reward.num_workers, cfg.reward.timeout_s)
         self.step = 0
+        self.bad_streak = 0
         if ckpt is not None:
             self._load_state(ckpt)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -159,13 +208,16 @@ class Trainer:
             kv_cache_gib=r.kv_cache_gib,
             gpu_memory_utilization=r.gpu_memory_utilization,
             seed=self.cfg.trainer.seed,
+            max_num_seqs=r.micro_batch_size,
         )
 
     # ----------------------------------------------------------------------------------------------- data
     def _train_dataset(self) -> PromptDataset:
         d = self.cfg.data
         if d.train_files:
-            samples = [s for f in d.train_files for s in load_samples(f, d.prompt_template)]
+            samples = [
+                s for f in d.train_files for s in load_samples(f, d.prompt_template, self._skip_errors)
+            ]
             name = Path(d.train_files[0]).stem
         else:
             rg = d.train_reasoning_gym
@@ -178,7 +230,7 @@ class Trainer:
         out = []
         if d.val_files:
             for f in d.val_files:
-                samples = load_samples(f, d.prompt_template)
+                samples = load_samples(f, d.prompt_template, self._skip_errors)
                 out.append(PromptDataset(samples, self.tokenizer, d.max_prompt_length, Path(f).stem))
         else:
             rg = d.val_reasoning_gym
@@ -222,6 +274,7 @@ class Trainer:
             seed=seed,
         )
         outputs = self.engine.generate(prompts, params)
+        _crash_point("rollout", self.step)
         scores, accs, status = self._score(samples, outputs)
         groups = []
         ob = cfg.algorithm.overlong_buffer
@@ -312,6 +365,7 @@ class Trainer:
             "train/filter_pass_ratio": passed / len(generated),
             "reward/error_rate": status.count("error") / len(status),
             "reward/timeout_rate": status.count("timeout") / len(status),
+            "data/skipped_rows": self.skipped_rows,
         }
         return kept, stats
 
@@ -365,8 +419,11 @@ class Trainer:
         groups, stats = self.collect_batch()
         t1 = time.perf_counter()
         batch = self.make_train_batch(groups)
+        if _fault_at("nan_loss", self.step):
+            batch.advantages = torch.full_like(batch.advantages, float("nan"))
         gen = torch.Generator().manual_seed(self.cfg.trainer.seed + self.step)
         upd = self.actor.update(batch, self.cfg.rollout.n, generator=gen)
+        _crash_point("update", self.step)
         self.engine.update_weights(self.actor.state_dict_for_engine())
         t2 = time.perf_counter()
         metrics = dict(stats)
@@ -421,6 +478,21 @@ class Trainer:
                 row["time/step_s"] = time.perf_counter() - t0
                 self._write_metrics(row)
                 rows.append(row)
+                skipped = row["train/skipped_updates"]
+                self.bad_streak = self.bad_streak + 1 if skipped else 0
+                if skipped:
+                    bar.write(
+                        f"step {self.step}: skipped {skipped} optimizer step(s) with a non-finite loss or gradient "
+                        f"({self.bad_streak} bad step(s) in a row); the weights were not changed by them"
+                    )
+                if t.max_consecutive_bad_steps > 0 and self.bad_streak >= t.max_consecutive_bad_steps:
+                    raise TrainingDiverged(
+                        f"{self.bad_streak} steps in a row (trainer.max_consecutive_bad_steps="
+                        f"{t.max_consecutive_bad_steps}) had a non-finite loss or gradient, so their updates were "
+                        f"skipped; stopping at step {self.step}. The last checkpoint holds finite weights; lower "
+                        "actor.lr, check the rewards (train/reward_mean) and the data, or resume with a higher "
+                        "trainer.max_consecutive_bad_steps"
+                    )
                 if last or (t.save_freq > 0 and self.step % t.save_freq == 0):
                     self.save_checkpoint()
                 bar.update(1)
@@ -465,15 +537,23 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Write `checkpoints/global_step_<step>/` (HF model + tokenizer in `model/`, optimizer, scheduler, RNG and
         data position in `trainer_state.pt`) through a temporary directory renamed into place; prune old ones."""
+        bad = [n for n, p in self.actor.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise TrainingDiverged(
+                f"step {self.step}: refusing to checkpoint non-finite weights ({', '.join(bad[:3])}); the previous "
+                "checkpoint is kept"
+            )
         root = self.out / "checkpoints"
         final = root / f"global_step_{self.step}"
         tmp = root / f".tmp_global_step_{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "model").mkdir(parents=True)
-        self.actor.model.save_pretrained(tmp / "model")
+        self.actor.model.save_pretrained(tmp / "model", safe_serialization=True)
         self.tokenizer.save_pretrained(tmp / "model")
+        _crash_point("checkpoint", self.step)
         state = {
             "step": self.step,
+            "bad_streak": self.bad_streak,
             "optimizer": self.actor.optimizer.state_dict(),
             "scheduler": self.actor.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -494,12 +574,21 @@ class Trainer:
     def _load_state(self, ckpt: Path) -> None:
         state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
         self.step = int(state["step"])
+        self.bad_streak = int(state.get("bad_streak", 0))
         self.actor.optimizer.load_state_dict(state["optimizer"])
         self.actor.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         _set_rng_state(state["rng"])
         if self.metrics_path.exists():  # drop rows written after the checkpoint: they will be written again
-            rows = [json.loads(x) for x in self.metrics_path.read_text().splitlines() if x.strip()]
-            keep = [r for r in rows if r["step"] <= self.step]
-            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+            keep = []
+            for line in self.metrics_path.read_text(errors="replace").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by the crash
+                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= self.step:
+                    keep.append(row)
+            tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+            os.replace(tmp, self.metrics_path)
         self.log(f"resumed from {ckpt} at step {self.step}")

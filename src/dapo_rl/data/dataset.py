@@ -7,6 +7,7 @@ verl's row schema: `data_source` (str), `prompt` (list of `{"role", "content"}` 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,17 @@ class Sample:
 REQUIRED_COLUMNS = ("prompt", "reward_model")
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+def read_jsonl(path: str | Path, errors: list[DataError] | None = None) -> list[tuple[int, Any]]:
     """`(line number, value)` for each non-blank line of a JSONL file; line numbers count from 1.
 
+    Args:
+        path: the file.
+        errors: when given, a line that is not valid UTF-8 JSON is skipped and its `DataError` appended here
+            instead of raised.
+
     Raises:
-        DataError: no such file, or a line that is not valid UTF-8 JSON (the message names file and line).
+        DataError: no such file, or (without `errors`) a line that is not valid UTF-8 JSON (the message names file
+            and line).
     """
     path = Path(path)
     if not path.is_file():
@@ -60,13 +67,18 @@ def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
                 reason = (
                     "not valid UTF-8" if isinstance(e, UnicodeDecodeError) else f"not valid JSON ({e.msg})"
                 )
-                raise DataError(f"{path}: line {i + 1}: {reason}") from e
+                err = DataError(f"{path}: line {i + 1}: {reason}")
+                if errors is None:
+                    raise err from e
+                errors.append(err)
     return rows
 
 
-def _read_rows(path: Path, required: tuple[str, ...] = REQUIRED_COLUMNS) -> list[tuple[str, Any]]:
+def _read_rows(
+    path: Path, required: tuple[str, ...] = REQUIRED_COLUMNS, errors: list[DataError] | None = None
+) -> list[tuple[str, Any]]:
     """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL. A parquet
-    file must have the `required` columns."""
+    file must have the `required` columns. `errors`: see `read_jsonl`."""
     if not path.is_file():
         raise DataError(f"{path.resolve()}: no such file")
     suffix = path.suffix.lower()
@@ -85,8 +97,13 @@ def _read_rows(path: Path, required: tuple[str, ...] = REQUIRED_COLUMNS) -> list
             )
         return [(f"row {i}", r) for i, r in enumerate(table.to_pylist())]
     if suffix in (".jsonl", ".json"):
-        return [(f"line {n}", row) for n, row in read_jsonl(path)]
+        return [(f"line {n}", row) for n, row in read_jsonl(path, errors)]
     raise DataError(f"{path}: unsupported file type {suffix!r}; use .parquet or .jsonl")
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
@@ -97,18 +114,44 @@ def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not prompt:
-        raise DataError(f"{where}: field 'prompt' must be a string or a non-empty list of chat messages")
-    for m in prompt:
+        got = "missing" if prompt is None else f"got {type(prompt).__name__} {_preview(prompt)}"
+        raise DataError(
+            f"{where}: field 'prompt' must be a string or a non-empty list of chat messages ({got})"
+        )
+    for j, m in enumerate(prompt):
         if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise DataError(f"{where}: field 'prompt' holds a message without string 'content'")
-    rm = row.get("reward_model")
-    gt = rm.get("ground_truth") if isinstance(rm, dict) else None
+            raise DataError(
+                f"{where}: field 'prompt[{j}]' must be a chat message with a string 'content' (got {_preview(m)})"
+            )
+        if not isinstance(m.get("role", "user"), str):
+            raise DataError(
+                f"{where}: field 'prompt[{j}].role' must be a string (got {_preview(m.get('role'))})"
+            )
+        if not m["content"].strip():
+            raise DataError(f"{where}: field 'prompt[{j}].content' is empty")
+    if "reward_model" not in row or row["reward_model"] is None:
+        raise DataError(f"{where}: field 'reward_model' is missing (verl schema: reward_model.ground_truth)")
+    rm = row["reward_model"]
+    if not isinstance(rm, dict):
+        raise DataError(
+            f"{where}: field 'reward_model' must be an object with 'ground_truth' (got {type(rm).__name__})"
+        )
+    gt = rm.get("ground_truth")
     if gt is None or (isinstance(gt, str) and not gt.strip()):
         raise DataError(f"{where}: field 'reward_model.ground_truth' is missing or empty")
+    if isinstance(gt, bool) or not isinstance(gt, (str, int, float)):
+        raise DataError(
+            f"{where}: field 'reward_model.ground_truth' must be a string or a number (got "
+            f"{type(gt).__name__} {_preview(gt)})"
+        )
+    if isinstance(gt, float) and not math.isfinite(gt):
+        raise DataError(f"{where}: field 'reward_model.ground_truth' is {gt}")
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
-        raise DataError(f"{where}: field 'extra_info' must be an object")
+        raise DataError(f"{where}: field 'extra_info' must be an object (got {type(extra).__name__})")
     source = row.get("data_source") or "math"
+    if not isinstance(source, str):
+        raise DataError(f"{where}: field 'data_source' must be a string (got {type(source).__name__})")
     return Sample(
         uid=f"{name}:{i}",
         data_source=str(source),
@@ -118,24 +161,35 @@ def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
     )
 
 
-def load_samples(path: str | Path, template: str = "none") -> list[Sample]:
+def load_samples(
+    path: str | Path, template: str = "none", errors: list[DataError] | None = None
+) -> list[Sample]:
     """Read a parquet or JSONL file in verl's schema.
 
     Args:
         path: `.parquet` or `.jsonl` file.
         template: prompt template to apply (`none` or `dapo`, see `apply_prompt_template`).
+        errors: when given (`data.skip_invalid`), malformed rows are skipped and their `DataError`s appended here
+            instead of raised; a missing or unreadable file or missing columns still raise.
 
     Returns:
         One `Sample` per row, in file order; `uid` is `<file stem>:<row>`.
 
     Raises:
         DataError: missing or unreadable file, missing columns, invalid UTF-8/JSON, or a row without a usable
-            `prompt` or `reward_model.ground_truth` (the message names the file, the row — `row N` counted from 0
-            in parquet, `line N` counted from 1 in JSONL — and the field).
+            `prompt` or `reward_model.ground_truth`, or with a field of the wrong type (the message names the
+            file, the row — `row N` counted from 0 in parquet, `line N` counted from 1 in JSONL — and the field).
     """
     path = Path(path)
-    rows = _read_rows(path)
-    samples = [_normalise_row(r, path, at, i, path.stem) for i, (at, r) in enumerate(rows)]
+    rows = _read_rows(path, errors=errors)
+    samples = []
+    for i, (at, r) in enumerate(rows):
+        try:
+            samples.append(_normalise_row(r, path, at, i, path.stem))
+        except DataError as e:
+            if errors is None:
+                raise
+            errors.append(e)
     for s in samples:
         s.prompt = apply_prompt_template(s.prompt, template)
     return samples

