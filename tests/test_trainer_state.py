@@ -22,3 +22,32 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
     got = (random.random(), np.random.normal(), np.random.randint(1 << 30), torch.rand(3))
     assert got[:3] == expect[:3]
     assert torch.equal(got[3], expect[3])
+
+
+def test_truncate_metrics_keeps_rows_up_to_the_checkpoint_and_drops_a_torn_line(tmp_path):
+    from dapo_rl.trainer import truncate_metrics
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 0, "a": 1}\n{"step": 1, "a": 2}\n{"step": 2, "a": 3}\n{"step": 3, "a"')
+    assert truncate_metrics(p, 1) == 2
+    assert p.read_text() == '{"step": 0, "a": 1}\n{"step": 1, "a": 2}\n'
+    assert not (tmp_path / "metrics.jsonl.tmp").exists()
+
+
+def test_resume_config_diff_refuses_meaning_and_allows_harmless_changes(tmp_path):
+    from dapo_rl.config import load_config, resume_config_diff, to_yaml
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text(to_yaml(load_config(None, [])))
+    refused, harmless = resume_config_diff(
+        saved, load_config(None, ["actor.lr=2e-4", "trainer.total_training_steps=400", "trainer.seed=1"])
+    )
+    assert refused == ["actor.lr: 0.0001 -> 0.0002", "trainer.seed: 0 -> 1"]
+    assert harmless == ["trainer.total_training_steps: 300 -> 400"]
+    assert resume_config_diff(saved, load_config(None, [])) == ([], [])
+
+
+def test_trust_remote_code_is_off_by_default():
+    from dapo_rl.config import load_config
+
+    assert load_config(None, []).model.trust_remote_code is False

@@ -100,6 +100,28 @@ def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def truncate_metrics(path: Path, step: int) -> int:
+    """Keep the rows of a `metrics.jsonl` up to `step` (a resume rewrites the later ones), atomically.
+
+    A line cut short by a crash, or any line that is not a JSON object with an integer `step`, is dropped.
+
+    Returns:
+        The number of rows kept.
+    """
+    keep = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            keep.append(row)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)
+    return len(keep)
+
+
 class Trainer:
     """Runs DAPO from a `Config`: build everything, then `fit()`.
 
@@ -579,16 +601,6 @@ class Trainer:
         self.actor.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         _set_rng_state(state["rng"])
-        if self.metrics_path.exists():  # drop rows written after the checkpoint: they will be written again
-            keep = []
-            for line in self.metrics_path.read_text(errors="replace").splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by the crash
-                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= self.step:
-                    keep.append(row)
-            tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-            os.replace(tmp, self.metrics_path)
+        if self.metrics_path.exists():  # rows written after the checkpoint will be written again
+            truncate_metrics(self.metrics_path, self.step)
         self.log(f"resumed from {ckpt} at step {self.step}")
