@@ -48,3 +48,23 @@ def test_score_bad_rows_name_file_line_and_field(tmp_path, capsys):
     assert "--ground-truth is required" in capsys.readouterr().err
     assert main(["score", "--response", "Answer: 1", "--ground-truth", "1", "--verifier", "nope"]) == 2
     assert "unknown verifier" in capsys.readouterr().err
+
+
+def test_score_output_that_would_overwrite_the_input_or_is_a_directory_is_refused(tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    original = json.dumps({"response": "Answer: 5", "ground_truth": "5"}) + "\n"
+    rows.write_text(original)
+    assert main(["score", "--jsonl", str(rows), "--output", str(rows)]) == 2
+    assert "is the --jsonl input" in capsys.readouterr().err
+    assert rows.read_text() == original  # nothing lost
+    assert main(["score", "--jsonl", str(rows), "--output", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["score", "--jsonl", str(rows), "--output", str(tmp_path / "no" / "out.jsonl")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_overrides_may_follow_resume():
+    from dapo_rl.cli import _flags_last, _parser
+
+    args = _parser().parse_args(_flags_last(["train", "a.b=1", "--resume", "c.d=2"]))
+    assert args.resume and [args.recipe, *args.overrides] == ["a.b=1", "c.d=2"]

@@ -230,3 +230,8 @@ def test_skip_invalid_skips_and_collects_bad_rows(tmp_path):
     assert "reward_model.ground_truth" in str(errors[2])
     with pytest.raises(DataError):  # a missing file still stops the run
         load_samples(tmp_path / "nope.jsonl", errors=errors)
+
+
+def test_directory_given_as_a_data_file_says_so(tmp_path):
+    with pytest.raises(DataError, match="is a directory; give a .parquet or .jsonl file"):
+        load_samples(tmp_path)

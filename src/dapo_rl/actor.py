@@ -15,7 +15,12 @@ from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False, max_total_length: int | None = None):
+def load_tokenizer(
+    path: str,
+    trust_remote_code: bool = False,
+    max_total_length: int | None = None,
+    setting: str = "model.path",
+):
     """Load and check the tokenizer of a local Hugging Face checkpoint, without its weights (cheap, so every
     checkpoint problem is reported before any heavy work).
 
@@ -23,6 +28,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, max_total_length:
         path: checkpoint directory (config.json, weights, tokenizer files).
         trust_remote_code: allow code shipped with the checkpoint.
         max_total_length: prompt + response tokens the run needs, checked against `max_position_embeddings`.
+        setting: how error messages name the path (`model.path`, or `--model` for `dapo eval`).
 
     Returns:
         The tokenizer; its pad token falls back to eos when missing.
@@ -34,16 +40,16 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, max_total_length:
     from transformers import AutoConfig, AutoTokenizer
 
     if not os.path.isdir(path):
-        raise ConfigError(f"model.path={path}: no such directory (give a local Hugging Face checkpoint)")
+        raise ConfigError(f"{setting}={path}: no such directory (give a local Hugging Face checkpoint)")
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ConfigError(f"model.path={path}: no config.json, so not a Hugging Face checkpoint directory")
+        raise ConfigError(f"{setting}={path}: no config.json, so not a Hugging Face checkpoint directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         model_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"model.path={path}: cannot load a tokenizer and model config from it ({e})") from e
+        raise ConfigError(f"{setting}={path}: cannot load a tokenizer and model config from it ({e})") from e
     if tokenizer.eos_token_id is None:
-        raise ConfigError(f"model.path={path}: the tokenizer has no eos token, so responses could never stop")
+        raise ConfigError(f"{setting}={path}: the tokenizer has no eos token, so responses could never stop")
     ctx = getattr(model_config, "max_position_embeddings", None)
     if max_total_length is not None and ctx is not None and max_total_length > ctx:
         raise ConfigError(
@@ -72,11 +78,15 @@ def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = Fals
 
 
 def load_model_and_tokenizer(
-    path: str, dtype: str = "float32", trust_remote_code: bool = False, max_total_length: int | None = None
+    path: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    max_total_length: int | None = None,
+    setting: str = "model.path",
 ):
     """`(load_model(...), load_tokenizer(...))`: see those for arguments and errors (the tokenizer is checked
     first)."""
-    tokenizer = load_tokenizer(path, trust_remote_code, max_total_length)
+    tokenizer = load_tokenizer(path, trust_remote_code, max_total_length, setting)
     return load_model(path, dtype, trust_remote_code), tokenizer
 
 

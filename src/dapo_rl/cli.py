@@ -8,7 +8,9 @@ steps in a row had a non-finite loss or gradient.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 EXIT_CONFIG = 2
 
@@ -99,8 +101,16 @@ def _split_recipe(args) -> tuple[str | None, list[str]]:
     return args.recipe, list(args.overrides)
 
 
+def _flags_last(argv: list[str]) -> list[str]:
+    """`dapo train a=1 --resume b=2` -> `dapo train a=1 b=2 --resume`: overrides may stand on both sides of
+    `--resume` (argparse alone would take only those before it)."""
+    if argv and argv[0] in ("train", "sft") and "--resume" in argv:
+        return [a for a in argv if a != "--resume"] + ["--resume"]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_flags_last(list(sys.argv[1:] if argv is None else argv)))
     if args.command in ("train", "sft", "eval") and not sys.stderr.isatty():
         from transformers.utils import logging as hf_logging  # keep log files clean of "Loading weights" bars
 
@@ -247,7 +257,7 @@ def _eval(args) -> int:
         from dapo_rl.sft import ensure_embedded_model
 
         model_path = str(ensure_embedded_model(load_config().sft))
-    model, tok = load_model_and_tokenizer(model_path)
+    model, tok = load_model_and_tokenizer(model_path, setting="--model")
     ctx = getattr(model.config, "max_position_embeddings", None)
     if args.max_prompt_length is None:
         args.max_prompt_length = ctx - args.max_tokens if ctx else 4096
@@ -323,6 +333,17 @@ def _score(args) -> int:
     from dapo_rl.config import ConfigError
     from dapo_rl.reward.pool import RewardPool, summarize
 
+    if args.output:
+        target = Path(args.output)
+        if target.is_dir():
+            raise ConfigError(f"--output {target}: is a directory; give a file path")
+        if not target.parent.is_dir():
+            raise ConfigError(f"--output {target}: the folder {target.parent} does not exist")
+        for flag, given in (("--jsonl", args.jsonl), ("--response-file", args.response_file)):
+            if given and Path(given).resolve() == target.resolve():
+                raise ConfigError(
+                    f"--output {target} is the {flag} input; choose another file (it would be overwritten)"
+                )
     items = _read_score_rows(args)
     try:
         pool = RewardPool(args.verifier, num_workers=args.num_workers, timeout_s=args.timeout_s)
@@ -332,13 +353,13 @@ def _score(args) -> int:
     with pool:
         results = pool.score(items)
     elapsed = time.perf_counter() - t0
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for r in results:
-            out.write(json.dumps(r, ensure_ascii=False) + "\n")
-    finally:
-        if args.output:
-            out.close()
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
+    if args.output:  # written whole, then renamed: an existing file is replaced only by a complete one
+        tmp = Path(f"{args.output}.tmp")
+        tmp.write_text(lines, encoding="utf-8")
+        os.replace(tmp, args.output)
+    else:
+        sys.stdout.write(lines)
     n = len(results)
     summary = {
         "responses": n,

@@ -55,6 +55,8 @@ def read_jsonl(path: str | Path, errors: list[DataError] | None = None) -> list[
     """
     path = Path(path)
     if not path.is_file():
+        if path.is_dir():
+            raise DataError(f"{path.resolve()}: is a directory; give a .parquet or .jsonl file")
         raise DataError(f"{path.resolve()}: no such file")
     rows = []
     with open(path, "rb") as fh:
@@ -80,6 +82,8 @@ def _read_rows(
     """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL. A parquet
     file must have the `required` columns. `errors`: see `read_jsonl`."""
     if not path.is_file():
+        if path.is_dir():
+            raise DataError(f"{path.resolve()}: is a directory; give a .parquet or .jsonl file")
         raise DataError(f"{path.resolve()}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
