@@ -46,7 +46,9 @@ def comparable(rows: list[dict]) -> list[dict]:
 
 
 def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
+    """Same steps, same keys, every value within 1e-6 (NaN matches NaN); prints the largest difference."""
     assert [r["step"] for r in got] == [r["step"] for r in want]
+    worst = 0.0
     for g, w in zip(comparable(got), comparable(want)):
         assert g.keys() == w.keys(), (g["step"], set(g) ^ set(w))
         for k in w:
@@ -55,6 +57,8 @@ def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
                 assert math.isnan(a), (g["step"], k)
             else:
                 assert a == pytest.approx(b, abs=1e-6, rel=0), (g["step"], k, a, b)
+                worst = max(worst, abs(a - b))
+    print(f"resumed vs uninterrupted: {len(want)} rows, largest metric difference {worst:.3g}")
 
 
 @pytest.fixture(scope="module")
