@@ -15,29 +15,23 @@ from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_tokenizer(
-    path: str,
-    trust_remote_code: bool = False,
-    max_total_length: int | None = None,
-    setting: str = "model.path",
-):
+def load_tokenizer(path: str, trust_remote_code: bool = False, setting: str = "model.path"):
     """Load and check the tokenizer of a local Hugging Face checkpoint, without its weights (cheap, so every
     checkpoint problem is reported before any heavy work).
 
     Args:
         path: checkpoint directory (config.json, weights, tokenizer files).
         trust_remote_code: allow code shipped with the checkpoint.
-        max_total_length: prompt + response tokens the run needs, checked against `max_position_embeddings`.
         setting: how error messages name the path (`model.path`, or `--model` for `dapo eval`).
 
     Returns:
         The tokenizer; its pad token falls back to eos when missing.
 
     Raises:
-        ConfigError: the path does not exist or is not a Hugging Face checkpoint, the tokenizer has no eos token,
-            or `max_total_length` exceeds the model's context.
+        ConfigError: the path does not exist or is not a Hugging Face checkpoint, or the tokenizer cannot be loaded
+            or has no eos token.
     """
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if not os.path.isdir(path):
         raise ConfigError(f"{setting}={path}: no such directory (give a local Hugging Face checkpoint)")
@@ -45,27 +39,38 @@ def load_tokenizer(
         raise ConfigError(f"{setting}={path}: no config.json, so not a Hugging Face checkpoint directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{setting}={path}: cannot load a tokenizer and model config from it ({e})") from e
+        raise ConfigError(f"{setting}={path}: cannot load a tokenizer from it ({e})") from e
     if tokenizer.eos_token_id is None:
         raise ConfigError(f"{setting}={path}: the tokenizer has no eos token, so responses could never stop")
-    ctx = getattr(model_config, "max_position_embeddings", None)
-    if max_total_length is not None and ctx is not None and max_total_length > ctx:
-        raise ConfigError(
-            f"data.max_prompt_length + data.max_response_length = {max_total_length} tokens exceeds the model's "
-            f"context (max_position_embeddings={ctx} in {path}/config.json)"
-        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = False):
+def model_context_length(path: str, trust_remote_code: bool = False) -> int | None:
+    """The model's context in tokens (`max_position_embeddings` of its config.json), read without the weights;
+    `None` when the config does not say.
+
+    Raises:
+        ConfigError: the config cannot be read.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.path={path}: cannot read its config.json ({e})") from e
+    return getattr(config, "max_position_embeddings", None)
+
+
+def load_model(
+    path: str, dtype: str = "float32", trust_remote_code: bool = False, setting: str = "model.path"
+):
     """Load the causal LM of a local Hugging Face checkpoint (`float32` or `bfloat16`).
 
     Raises:
-        ConfigError: the weights cannot be loaded as a causal LM.
+        ConfigError: the weights cannot be loaded as a causal LM (the message names `setting`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -74,20 +79,7 @@ def load_model(path: str, dtype: str = "float32", trust_remote_code: bool = Fals
             path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as e:
-        raise ConfigError(f"model.path={path}: cannot load a causal LM from it ({e})") from e
-
-
-def load_model_and_tokenizer(
-    path: str,
-    dtype: str = "float32",
-    trust_remote_code: bool = False,
-    max_total_length: int | None = None,
-    setting: str = "model.path",
-):
-    """`(load_model(...), load_tokenizer(...))`: see those for arguments and errors (the tokenizer is checked
-    first)."""
-    tokenizer = load_tokenizer(path, trust_remote_code, max_total_length, setting)
-    return load_model(path, dtype, trust_remote_code), tokenizer
+        raise ConfigError(f"{setting}={path}: cannot load a causal LM from it ({e})") from e
 
 
 @dataclass

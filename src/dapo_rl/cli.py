@@ -217,7 +217,7 @@ def _eval(args) -> int:
 
     from tqdm import tqdm
 
-    from dapo_rl.actor import load_model_and_tokenizer
+    from dapo_rl.actor import load_model, load_tokenizer, model_context_length
     from dapo_rl.config import ConfigError, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
@@ -257,8 +257,8 @@ def _eval(args) -> int:
         from dapo_rl.sft import ensure_embedded_model
 
         model_path = str(ensure_embedded_model(load_config().sft))
-    model, tok = load_model_and_tokenizer(model_path, setting="--model")
-    ctx = getattr(model.config, "max_position_embeddings", None)
+    tok = load_tokenizer(model_path, setting="--model")
+    ctx = model_context_length(model_path)
     if args.max_prompt_length is None:
         args.max_prompt_length = ctx - args.max_tokens if ctx else 4096
         if args.max_prompt_length < 1:
@@ -270,6 +270,7 @@ def _eval(args) -> int:
             f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
             f"(max_position_embeddings={ctx}); lower one of them"
         )
+    model = load_model(model_path, setting="--model")
     out.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(settings, indent=2))
     gen_path = out / "generations.jsonl"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dapo_rl.actor import Actor, TrainBatch, load_model, load_tokenizer
+from dapo_rl.actor import Actor, TrainBatch, load_model, load_tokenizer, model_context_length
 from dapo_rl.algo import compute_grpo_advantages, filter_groups, overlong_penalty
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, Sample, load_samples, reasoning_gym_samples
@@ -176,15 +176,21 @@ class Trainer:
 
             model_path = str(ensure_embedded_model(cfg.sft, log=log))
         load_path = str(ckpt / "model") if ckpt is not None else model_path
+        self.tokenizer = load_tokenizer(load_path, cfg.model.trust_remote_code)
         need = cfg.data.max_prompt_length + cfg.data.max_response_length
-        self.tokenizer = load_tokenizer(load_path, cfg.model.trust_remote_code, max_total_length=need)
+        ctx = model_context_length(load_path, cfg.model.trust_remote_code)
+        if ctx is not None and need > ctx:
+            raise ConfigError(
+                f"data.max_prompt_length + data.max_response_length = {need} tokens exceeds the model's context "
+                f"(max_position_embeddings={ctx} in {load_path}/config.json)"
+            )
 
-        self._skip_errors: list[DataError] | None = [] if cfg.data.skip_invalid else None
-        self.train_data = self._train_dataset()
-        self.val_data = self._val_datasets()
-        self.skipped_rows = len(self._skip_errors or [])
-        if self.skipped_rows:
-            shown = "; ".join(str(e) for e in self._skip_errors[:3])
+        skipped: list[DataError] | None = [] if cfg.data.skip_invalid else None  # None: raise on a bad row
+        self.train_data = self._train_dataset(skipped)
+        self.val_data = self._val_datasets(skipped)
+        self.skipped_rows = len(skipped or [])
+        if skipped:
+            shown = "; ".join(str(e) for e in skipped[:3])
             more = f" (and {self.skipped_rows - 3} more)" if self.skipped_rows > 3 else ""
             log(f"data: skipped {self.skipped_rows} malformed rows (data.skip_invalid=true): {shown}{more}")
         if self.train_data.num_dropped:
@@ -234,12 +240,10 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------------------------------------- data
-    def _train_dataset(self) -> PromptDataset:
+    def _train_dataset(self, skipped: list[DataError] | None) -> PromptDataset:
         d = self.cfg.data
         if d.train_files:
-            samples = [
-                s for f in d.train_files for s in load_samples(f, d.prompt_template, self._skip_errors)
-            ]
+            samples = [s for f in d.train_files for s in load_samples(f, d.prompt_template, skipped)]
             name = Path(d.train_files[0]).stem
         else:
             rg = d.train_reasoning_gym
@@ -247,12 +251,12 @@ class Trainer:
             name = rg.task
         return PromptDataset(samples, self.tokenizer, d.max_prompt_length, name)
 
-    def _val_datasets(self) -> list[PromptDataset]:
+    def _val_datasets(self, skipped: list[DataError] | None) -> list[PromptDataset]:
         d = self.cfg.data
         out = []
         if d.val_files:
             for f in d.val_files:
-                samples = load_samples(f, d.prompt_template, self._skip_errors)
+                samples = load_samples(f, d.prompt_template, skipped)
                 out.append(PromptDataset(samples, self.tokenizer, d.max_prompt_length, Path(f).stem))
         else:
             rg = d.val_reasoning_gym

@@ -41,6 +41,14 @@ class Sample:
 REQUIRED_COLUMNS = ("prompt", "reward_model")
 
 
+def _require_file(path: Path) -> None:
+    """Raise `DataError` unless `path` is a file (a directory or a missing path is named as such)."""
+    if not path.is_file():
+        if path.is_dir():
+            raise DataError(f"{path.resolve()}: is a directory; give a .parquet or .jsonl file")
+        raise DataError(f"{path.resolve()}: no such file")
+
+
 def read_jsonl(path: str | Path, errors: list[DataError] | None = None) -> list[tuple[int, Any]]:
     """`(line number, value)` for each non-blank line of a JSONL file; line numbers count from 1.
 
@@ -54,10 +62,7 @@ def read_jsonl(path: str | Path, errors: list[DataError] | None = None) -> list[
             and line).
     """
     path = Path(path)
-    if not path.is_file():
-        if path.is_dir():
-            raise DataError(f"{path.resolve()}: is a directory; give a .parquet or .jsonl file")
-        raise DataError(f"{path.resolve()}: no such file")
+    _require_file(path)
     rows = []
     with open(path, "rb") as fh:
         for i, raw in enumerate(fh):
@@ -81,10 +86,7 @@ def _read_rows(
 ) -> list[tuple[str, Any]]:
     """`(where, row)` pairs; `where` is `row N` (0-based) for parquet and `line N` (1-based) for JSONL. A parquet
     file must have the `required` columns. `errors`: see `read_jsonl`."""
-    if not path.is_file():
-        if path.is_dir():
-            raise DataError(f"{path.resolve()}: is a directory; give a .parquet or .jsonl file")
-        raise DataError(f"{path.resolve()}: no such file")
+    _require_file(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -158,7 +160,7 @@ def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
         raise DataError(f"{where}: field 'data_source' must be a string (got {type(source).__name__})")
     return Sample(
         uid=f"{name}:{i}",
-        data_source=str(source),
+        data_source=source,
         prompt=[{"role": m.get("role", "user"), "content": m["content"]} for m in prompt],
         ground_truth=str(gt),
         extra_info=extra,

@@ -390,13 +390,8 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
         gold_text = _ground_truth_text(ground_truth)
         raw = extract_final_answer(solution_str)
         if raw is None:
-            if not solution_str.strip():
-                return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
-            raw = (
-                solution_str
-                if len(solution_str.strip()) <= SHORT_RESPONSE_CHARS
-                else fallback_final_answer(solution_str)
-            )
+            size = len(solution_str.strip())
+            raw = solution_str if 0 < size <= SHORT_RESPONSE_CHARS else fallback_final_answer(solution_str)
             if raw is None:
                 return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
         if len(raw) > RAW_ANSWER_CHARS:

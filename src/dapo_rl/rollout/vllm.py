@@ -70,8 +70,6 @@ class VLLMRolloutEngine:
             # Generator does not use offset"), so prompts are prefilled whole; the step budget must hold the longest.
             extra["enable_chunked_prefill"] = False
             extra["max_num_batched_tokens"] = max(8192, max_model_len)
-        elif max_num_seqs:
-            extra["max_num_batched_tokens"] = max(8192, max_num_seqs * 8)
         self.llm = LLM(
             model=model_path,
             dtype=dtype,
