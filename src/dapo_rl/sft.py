@@ -90,8 +90,9 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % 100 == 0 or step == cfg.steps - 1:
-            log(f"sft step {step:4d}/{cfg.steps}  loss {loss.item():.4f}  {time.time() - start:.0f}s")
+        done = step + 1
+        if done == 1 or done % 100 == 0 or done == cfg.steps:
+            log(f"sft step {done:4d}/{cfg.steps}  loss {loss.item():.4f}  {time.time() - start:.0f}s")
     tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
