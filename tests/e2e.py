@@ -1,10 +1,15 @@
 """Helpers for the tests that run the real `dapo` command in a subprocess."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+FAULT = "DAPO_RL_FAULT_AT"
 
 
 def dapo(*args, cwd=None, env_extra=None):
@@ -23,3 +28,45 @@ def dapo(*args, cwd=None, env_extra=None):
 def rows_of(run: Path) -> list[dict]:
     """The rows of a run's metrics.jsonl."""
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_args(base_model: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
+        "data.train_reasoning_gym.size=500",
+        "data.val_reasoning_gym.size=32",
+        "data.train_batch_size=8",
+        "data.gen_batch_size=16",
+        "rollout.n=4",
+        "actor.ppo_mini_batch_size=4",  # two optimizer steps per training step
+        "trainer.total_training_steps=6",
+        "trainer.test_freq=3",
+        "trainer.save_freq=2",
+        "trainer.max_ckpt_to_keep=2",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "trainer.progress_bar=false",
+        *extra,
+    ]
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    """Metrics rows without wall-clock timings."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
+    """Same steps, same keys, every value within 1e-6 (NaN matches NaN); prints the largest difference."""
+    assert [r["step"] for r in got] == [r["step"] for r in want]
+    worst = 0.0
+    for g, w in zip(comparable(got), comparable(want)):
+        assert g.keys() == w.keys(), (g["step"], set(g) ^ set(w))
+        for k in w:
+            a, b = g[k], w[k]
+            if isinstance(b, float) and math.isnan(b):
+                assert math.isnan(a), (g["step"], k)
+            else:
+                assert a == pytest.approx(b, abs=1e-6, rel=0), (g["step"], k, a, b)
+                worst = max(worst, abs(a - b))
+    print(f"resumed vs uninterrupted: {len(want)} rows, largest metric difference {worst:.3g}")

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from dapo_rl.cli import main
+from dapo_rl.collect import Rollout
+from dapo_rl.data import Sample
 from dapo_rl.evaluate import dataset_metrics, ks_up_to, load_eval_set, majority_vote, pass_at_k
 from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -44,14 +46,15 @@ def test_dataset_metrics_by_hand():
     for p, answers, right in ((0, "3433", "3"), (1, "1221", "2")):
         for j, a in enumerate(answers):
             rec.append(
-                {
-                    "problem_idx": p,
-                    "sample_idx": j,
-                    "pred": a,
-                    "acc": a == right,
-                    "response_length": 10 + j,
-                    "finish_reason": "length" if j == 3 else "stop",
-                }
+                Rollout(
+                    Sample(f"t:{p}", "math", [{"role": "user", "content": "q"}], right),
+                    problem_idx=p,
+                    sample_idx=j,
+                    pred=a,
+                    acc=a == right,
+                    response_length=10 + j,
+                    finish_reason="length" if j == 3 else "stop",
+                )
             )
     m = dataset_metrics(rec, 4)
     assert m["avg@4"] == pytest.approx((3 + 2) / 8)
@@ -105,7 +108,12 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len(gens) == 15 and {g["problem_idx"] for g in gens} == set(range(5))
     summary = json.loads((out / "summary.json").read_text())["mini"]
-    assert summary == {**dataset_metrics(gens, 3), "rows": 5, "rows_per_problem": 1, "dropped_prompts": 0}
+    assert summary == {
+        **dataset_metrics([Rollout.from_record(g) for g in gens], 3),
+        "rows": 5,
+        "rows_per_problem": 1,
+        "dropped_prompts": 0,
+    }
     # a rerun skips finished problems: nothing is generated again
     assert main(argv) == 0
     assert len((out / "generations.jsonl").read_text().splitlines()) == 15

@@ -25,16 +25,23 @@ def test_tokenizer_round_trips_exactly_through_auto_tokenizer(tmp_path):
     assert 1.4e6 < sum(p.numel() for p in model.parameters()) < 1.6e6
 
 
-def _engine_and_actor(seed=0):
+def _save_tiny(path, seed=0):
     tok = build_tiny_tokenizer()
-    model = build_tiny_model(seed=seed)
-    engine = HFRolloutEngine(model, tok, micro_batch_size=64)
-    actor = Actor(model, ActorConfig(ppo_micro_batch_size=5), AlgorithmConfig(), temperature=0.7)
+    build_tiny_model(seed=seed).save_pretrained(path)
+    tok.save_pretrained(path)
+    return tok
+
+
+def _engine_and_actor(path, seed=0):
+    """An engine and an actor started from the same checkpoint, as the trainer starts them."""
+    tok = _save_tiny(path, seed)
+    engine = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(path), tok, micro_batch_size=64)
+    actor = Actor(str(path), ActorConfig(ppo_micro_batch_size=5), AlgorithmConfig(), temperature=0.7)
     return tok, engine, actor
 
 
-def test_generate_shapes_finish_reasons_and_seeded_repeatability():
-    tok, engine, _ = _engine_and_actor()
+def test_generate_shapes_finish_reasons_and_seeded_repeatability(tmp_path):
+    tok, engine, _ = _engine_and_actor(tmp_path)
     prompts = [tok("1 + 2 =\n")["input_ids"], tok("10 - 3 + 4 =\n")["input_ids"]]
     params = SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=11)
     out = engine.generate(prompts, params)
@@ -51,9 +58,9 @@ def test_generate_shapes_finish_reasons_and_seeded_repeatability():
     assert [[o.token_ids for o in g] for g in out] == [[o.token_ids for o in g] for g in again]
 
 
-def test_sampling_logprobs_match_the_actor_recompute():
+def test_sampling_logprobs_match_the_actor_recompute(tmp_path):
     """The engine's per-token log-probs (after temperature) equal the actor's forward on the same tokens."""
-    tok, engine, actor = _engine_and_actor()
+    tok, engine, actor = _engine_and_actor(tmp_path)
     prompts = [tok("7 + 8 =\n")["input_ids"], tok("12 - 5 - 1 =\n")["input_ids"], tok("3 =\n")["input_ids"]]
     out = engine.generate(prompts, SamplingParams(n=4, temperature=0.7, max_tokens=8, seed=5))
     flat_p = [p for p, g in zip(prompts, out) for _ in g]
@@ -68,15 +75,15 @@ def test_sampling_logprobs_match_the_actor_recompute():
         assert batch.response_mask[i].sum() == len(o.token_ids)
 
 
-def test_update_weights_makes_the_engine_follow_the_actor():
-    tok, engine, actor = _engine_and_actor()
+def test_update_weights_makes_the_engine_follow_the_actor(tmp_path):
+    tok, engine, actor = _engine_and_actor(tmp_path)
     prompts = [tok("5 + 5 =\n")["input_ids"]]
     greedy = SamplingParams(n=1, temperature=0, max_tokens=8)
     with torch.no_grad():
         for p in actor.model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     before = engine.generate(prompts, greedy)[0][0].token_ids
-    engine.update_weights(actor.state_dict_for_engine())
+    engine.update_weights(actor.engine_weights())
     after = engine.generate(prompts, greedy)[0][0].token_ids
     ids = torch.tensor([prompts[0]])
     with torch.no_grad():  # greedy decoding of the actor itself, one token at a time
@@ -91,23 +98,22 @@ def test_update_weights_makes_the_engine_follow_the_actor():
     assert before != after
 
 
-def test_update_gradient_does_not_depend_on_micro_batch_split():
+def test_update_gradient_does_not_depend_on_micro_batch_split(tmp_path):
     """Token-mean over a mini-batch: the parameter update with 1 and 4 micro-batches is the same."""
-    tok = build_tiny_tokenizer()
+    tok = _save_tiny(tmp_path, seed=1)
     prompts = [tok(f"{i} + {i} =\n")["input_ids"] for i in range(8)]
     responses = [tok("Answer: " + "9" * (i % 4 + 1))["input_ids"] + [tok.eos_token_id] for i in range(8)]
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.1, -0.1])
     grads = []
     for micro in (8, 2):
-        model = build_tiny_model(seed=1)
         actor = Actor(
-            model,
+            str(tmp_path),
             ActorConfig(ppo_mini_batch_size=8, ppo_micro_batch_size=micro, grad_clip=1e9, lr=0.0),
             AlgorithmConfig(),
         )
         batch = TrainBatch.build(prompts, responses, adv, torch.ones(8), tok.pad_token_id)
-        actor.update(batch, group_size=1)  # lr 0: parameters stay, the accumulated gradient stays
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        actor.update(batch)  # lr 0: parameters stay, the accumulated gradient stays
+        grads.append(torch.cat([p.grad.flatten() for p in actor.model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)
 
 

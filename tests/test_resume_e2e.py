@@ -7,58 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from e2e import dapo, rows_of
+from e2e import FAULT, assert_same_metrics, dapo, rows_of, run_args
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
-
-FAULT = "DAPO_RL_FAULT_AT"
-
-
-def run_args(base_model: Path, run: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        f"model.path={base_model}",
-        f"trainer.output_dir={run}",
-        "data.train_reasoning_gym.size=500",
-        "data.val_reasoning_gym.size=32",
-        "data.train_batch_size=8",
-        "data.gen_batch_size=16",
-        "rollout.n=4",
-        "actor.ppo_mini_batch_size=4",  # two optimizer steps per training step
-        "trainer.total_training_steps=6",
-        "trainer.test_freq=3",
-        "trainer.save_freq=2",
-        "trainer.max_ckpt_to_keep=2",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "trainer.progress_bar=false",
-        *extra,
-    ]
-
-
-def comparable(rows: list[dict]) -> list[dict]:
-    """Metrics rows without wall-clock timings."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-
-def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
-    """Same steps, same keys, every value within 1e-6 (NaN matches NaN); prints the largest difference."""
-    assert [r["step"] for r in got] == [r["step"] for r in want]
-    worst = 0.0
-    for g, w in zip(comparable(got), comparable(want)):
-        assert g.keys() == w.keys(), (g["step"], set(g) ^ set(w))
-        for k in w:
-            a, b = g[k], w[k]
-            if isinstance(b, float) and math.isnan(b):
-                assert math.isnan(a), (g["step"], k)
-            else:
-                assert a == pytest.approx(b, abs=1e-6, rel=0), (g["step"], k, a, b)
-                worst = max(worst, abs(a - b))
-    print(f"resumed vs uninterrupted: {len(want)} rows, largest metric difference {worst:.3g}")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +63,9 @@ def test_sigkill_mid_rollout_mid_update_mid_checkpoint_then_resume_gives_the_sam
     assert sorted(p.name for p in ckpts.iterdir() if p.is_dir()) == ["global_step_4", "global_step_6"]
     assert (ckpts / "global_step_6" / "model" / "model.safetensors").is_file()
     state = torch.load(ckpts / "global_step_6" / "trainer_state.pt", weights_only=True)
-    assert state["step"] == 6 and {"optimizer", "scheduler", "sampler", "rng"} <= state.keys()
+    assert state["step"] == 6 and {"sampler", "bad_streak", "world_size"} <= state.keys()
+    assert (ckpts / "global_step_6" / "dcp" / ".metadata").is_file()  # model, optimizer, scheduler
+    assert (ckpts / "global_step_6" / "rng_rank0.pt").is_file()
 
 
 def test_sigkill_at_an_arbitrary_moment_then_resume_gives_the_same_metrics(base_model, reference, tmp_path):

@@ -5,7 +5,8 @@ import random
 import numpy as np
 import torch
 
-from dapo_rl.trainer import _rng_state, _set_rng_state
+from dapo_rl.checkpoint import rng_state as _rng_state
+from dapo_rl.checkpoint import set_rng_state as _set_rng_state
 
 
 def test_rng_state_round_trips_through_weights_only_load(tmp_path):
@@ -25,7 +26,7 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
 
 
 def test_truncate_metrics_keeps_rows_up_to_the_checkpoint_and_drops_a_torn_line(tmp_path):
-    from dapo_rl.trainer import truncate_metrics
+    from dapo_rl.checkpoint import truncate_metrics
 
     p = tmp_path / "metrics.jsonl"
     p.write_text('{"step": 0, "a": 1}\n{"step": 1, "a": 2}\n{"step": 2, "a": 3}\n{"step": 3, "a"')

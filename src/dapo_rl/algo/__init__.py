@@ -7,17 +7,36 @@
 | Eq. 12 token-level loss aggregation     | ``agg_loss``                                 | policy_loss.py       |
 | Eq. 11 dynamic sampling                 | ``filter_groups``, ``kept_group_ids``        | dynamic_sampling.py  |
 | Eq. 13 soft overlong punishment         | ``overlong_penalty``                         | overlong.py          |
+| registries (`algorithm.adv_estimator`, `algorithm.policy_loss`) | ``register_adv_est``, ``register_policy_loss`` | advantages.py, policy_loss.py |
 | log-probs, entropy, masked statistics   | ``logprobs_from_logits``, ``entropy_from_logits``, ``masked_mean``, ``masked_sum`` | masked.py |
 """
 
-from dapo_rl.algo.advantages import compute_grpo_advantages
+from dapo_rl.algo.advantages import (
+    ADV_ESTIMATORS,
+    compute_grpo_advantages,
+    get_adv_estimator,
+    register_adv_est,
+)
 from dapo_rl.algo.dynamic_sampling import filter_groups, kept_group_ids
 from dapo_rl.algo.masked import entropy_from_logits, logprobs_from_logits, masked_mean, masked_sum
 from dapo_rl.algo.overlong import overlong_penalty
-from dapo_rl.algo.policy_loss import LOSS_AGG_MODES, agg_loss, compute_policy_loss
+from dapo_rl.algo.policy_loss import (
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    agg_loss,
+    compute_policy_loss,
+    get_policy_loss,
+    register_policy_loss,
+)
 
 __all__ = [
+    "ADV_ESTIMATORS",
     "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "get_adv_estimator",
+    "get_policy_loss",
+    "register_adv_est",
+    "register_policy_loss",
     "agg_loss",
     "compute_grpo_advantages",
     "compute_policy_loss",

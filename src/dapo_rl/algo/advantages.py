@@ -10,9 +10,45 @@ over the sequence dimension).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["compute_grpo_advantages"]
+__all__ = ["ADV_ESTIMATORS", "compute_grpo_advantages", "get_adv_estimator", "register_adv_est"]
+
+AdvEstimator = Callable[..., torch.Tensor]
+ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
+"""Advantage estimators by name (`algorithm.adv_estimator`). Each takes `(scores (B,), group_index (B,), *,
+norm_adv_by_std_in_grpo: bool)` and returns `(B,)` advantages (verl's `register_adv_est` idea)."""
+
+
+def register_adv_est(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Decorator: make an estimator selectable as `algorithm.adv_estimator=<name>`.
+
+    Raises:
+        ValueError: `name` is taken.
+    """
+
+    def deco(fn: AdvEstimator) -> AdvEstimator:
+        if name in ADV_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADV_ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_adv_estimator(name: str) -> AdvEstimator:
+    """The estimator registered as `name`.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+    """
+    if name not in ADV_ESTIMATORS:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(ADV_ESTIMATORS))}"
+        )
+    return ADV_ESTIMATORS[name]
 
 
 def _check_group_index(group_index: torch.Tensor, batch_size: int, what: str) -> None:
@@ -25,8 +61,13 @@ def _check_group_index(group_index: torch.Tensor, batch_size: int, what: str) ->
         raise ValueError(f"group_index must be an integer tensor, got {group_index.dtype}")
 
 
+@register_adv_est("grpo")
 def compute_grpo_advantages(
-    scores: torch.Tensor, group_index: torch.Tensor, eps: float = 1e-6
+    scores: torch.Tensor,
+    group_index: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
 ) -> torch.Tensor:
     """Outcome advantage of each response relative to its group (DAPO Eq. 9, the GRPO advantage).
 
@@ -38,6 +79,9 @@ def compute_grpo_advantages(
     - A group of size one gets 0 (its std is undefined). Note: verl uses mean 0 and std 1 for a lone sample, i.e.
       ``A = R / (1 + eps)``; here a lone sample carries no relative information, so it gets none.
 
+    - ``norm_adv_by_std_in_grpo=False`` gives Dr. GRPO's centring without the division (Liu et al. 2025,
+      "Understanding R1-Zero-Like Training"): ``A_i = R_i - mean_g`` (a lone sample: 0 as well).
+
     Vectorised with ``torch.unique`` + ``index_add_``: no Python loop over samples or groups.
 
     Args:
@@ -45,6 +89,7 @@ def compute_grpo_advantages(
         group_index: ``(B,)`` integer group id of each sample (any integers; members of a group need not be
             contiguous).
         eps: added to the group std for numerical stability.
+        norm_adv_by_std_in_grpo: divide by the group std (GRPO, DAPO); False: mean-centring only (Dr. GRPO).
 
     Returns:
         ``(B,)`` advantages, dtype of ``scores`` (float32 if ``scores`` is not floating).
@@ -75,6 +120,6 @@ def compute_grpo_advantages(
     )
     group_std = torch.sqrt(group_sq_dev / (group_size - 1).clamp(min=1))
 
-    advantages = deviation / (group_std[group] + eps)
+    advantages = deviation / (group_std[group] + eps) if norm_adv_by_std_in_grpo else deviation
     # A group of one has no spread to normalise by: advantage 0.
     return torch.where(group_size[group] > 1, advantages, torch.zeros_like(advantages))

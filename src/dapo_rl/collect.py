@@ -1,0 +1,406 @@
+"""Batch collection, as data flows in DESIGN.md: prompts -> engine -> responses -> verifier -> shaping -> groups of n
+-> dynamic sampling -> advantages -> this rank's share of the training batch.
+
+Plain functions of an engine, a scorer and a sampler, so that tests drive them with the real tiny model and no
+`Trainer`. Under N ranks (SPMD) every rank samples its own share of each generation round's prompts and scores whole
+groups locally; only the kept-group count, the statistics and, once per step, the kept groups cross ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from dapo_rl.actor import TrainBatch
+from dapo_rl.algo import filter_groups, get_adv_estimator, overlong_penalty
+from dapo_rl.config import Config, OverlongBufferConfig, RepetitionPenaltyConfig
+from dapo_rl.data import EpochSampler, PromptDataset, Sample
+from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, shard_minibatches
+from dapo_rl.reward.shaping import repetition_penalty
+from dapo_rl.rollout import SamplingParams
+
+FAULT_ENV = "DAPO_RL_FAULT_AT"
+"""Fault injection for crash tests: a comma-separated list of `<point>:<step>` or `<point>:<step>@<rank>` (only that
+rank). At `rollout` (responses generated, not yet scored), `update` (optimizer steps taken, engine not yet synced,
+nothing written), `checkpoint` (model written to the temporary directory, trainer state not yet) the process SIGKILLs
+itself; `nan_loss` makes that step's advantages NaN, so its loss is NaN. Unset in normal use."""
+
+
+def fault_at(point: str, step: int, rank: int = 0) -> bool:
+    """Whether `DAPO_RL_FAULT_AT` asks for a fault at this point, step and rank (see `FAULT_ENV`)."""
+    spec = os.environ.get(FAULT_ENV, "")
+    items = {x.strip() for x in spec.split(",")} if spec else set()
+    return f"{point}:{step}" in items or f"{point}:{step}@{rank}" in items
+
+
+def crash_point(point: str, step: int, rank: int = 0) -> None:
+    """SIGKILL this process when `DAPO_RL_FAULT_AT` names this point (crash tests)."""
+    if fault_at(point, step, rank):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """Dynamic sampling hit `algorithm.filter_groups.max_num_gen_batches` before the batch was full."""
+
+
+@dataclass
+class Rollout:
+    """One sampled response to one prompt, and what the verifier and the shaping made of it.
+
+    Attributes:
+        sample: the dataset row (prompt messages, ground truth, data source, uid).
+        problem_idx: index of the prompt in its dataset.
+        sample_idx: which of the prompt's n responses this is (0..n-1).
+        prompt_ids: prompt token ids (after the chat template).
+        response_ids: response token ids, eos included when the model stopped.
+        logprobs: the engine's sampling log-prob of each response token (`len(response_ids)` floats).
+        finish_reason: `stop` (eos) or `length` (truncated at `max_tokens`).
+        text: the decoded response (special tokens skipped).
+        score: the verifier's score (DAPO's +-1 scale).
+        acc: the verifier's correctness.
+        pred: the extracted final answer.
+        status: `ok`, `error` (the verifier raised) or `timeout` (it was killed).
+        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
+        response_length: tokens in the response (kept when a record is read back without its token ids).
+    """
+
+    sample: Sample
+    problem_idx: int
+    sample_idx: int
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"
+    text: str = ""
+    score: float = 0.0
+    acc: bool = False
+    pred: str = ""
+    status: str = "ok"
+    reward: float = 0.0
+    response_length: int = -1
+
+    def __post_init__(self):
+        if self.response_length < 0:
+            self.response_length = len(self.response_ids)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    def to_record(self, dataset: str) -> dict:
+        """The JSON line `dapo eval` writes to generations.jsonl."""
+        return {
+            "dataset": dataset,
+            "problem_idx": self.problem_idx,
+            "sample_idx": self.sample_idx,
+            "prompt": self.sample.prompt[-1]["content"],
+            "response": self.text,
+            "pred": self.pred,
+            "acc": self.acc,
+            "score": self.score,
+            "ground_truth": self.sample.ground_truth,
+            "response_length": self.response_length,
+            "finish_reason": self.finish_reason,
+        }
+
+    @staticmethod
+    def from_record(r: dict) -> Rollout:
+        """A rollout read back from a generations.jsonl line (no token ids)."""
+        sample = Sample(
+            f"{r['dataset']}:{r['problem_idx']}",
+            "",
+            [{"role": "user", "content": r["prompt"]}],
+            r["ground_truth"],
+        )
+        return Rollout(
+            sample,
+            int(r["problem_idx"]),
+            int(r["sample_idx"]),
+            finish_reason=r["finish_reason"],
+            text=r["response"],
+            score=float(r["score"]),
+            acc=bool(r["acc"]),
+            pred=str(r["pred"]),
+            reward=float(r["score"]),
+            response_length=int(r["response_length"]),
+        )
+
+
+@dataclass
+class PromptGroup:
+    """The n rollouts of one prompt, with the place it was drawn: `(generation round, position in the round)`.
+
+    Sorting kept groups by `key` gives the order one process would have kept them in, whatever the rank count.
+    """
+
+    key: tuple[int, int]
+    rollouts: list[Rollout]
+
+    def metric(self, name: str) -> list[float]:
+        """`acc` (0/1) or the shaped `score` of each rollout."""
+        return [float(r.acc) if name == "acc" else r.reward for r in self.rollouts]
+
+
+@dataclass
+class Scorer:
+    """Decodes responses, scores them through the reward pool, and shapes the scores.
+
+    Attributes:
+        tokenizer: decodes token ids (special tokens skipped).
+        pool: `dapo_rl.reward.pool.RewardPool`.
+        max_response_length: L_max of Eq. 13 (tokens).
+        overlong: the overlong buffer (Eq. 13), or None for none.
+        repetition: MiroMind-M1's repetition penalty, or None for none.
+    """
+
+    tokenizer: object
+    pool: object
+    max_response_length: int = 0
+    overlong: OverlongBufferConfig | None = None
+    repetition: RepetitionPenaltyConfig | None = None
+
+    def __call__(self, rollouts: Sequence[Rollout]) -> None:
+        """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
+        if not rollouts:
+            return
+        texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
+        items = [
+            (r.sample.data_source, t, r.sample.ground_truth, r.sample.extra_info)
+            for r, t in zip(rollouts, texts)
+        ]
+        for r, t, res in zip(rollouts, texts, self.pool.score(items)):
+            r.text, r.score, r.acc, r.pred = (
+                t,
+                float(res["score"]),
+                bool(res["acc"]),
+                str(res.get("pred", "")),
+            )
+            r.status = "timeout" if res.get("timeout") else "error" if "error" in res else "ok"
+            r.reward = r.score
+        if self.overlong is not None and self.overlong.enable:
+            pen = overlong_penalty(
+                torch.tensor([r.response_length for r in rollouts]),
+                self.max_response_length,
+                self.overlong.len,
+                self.overlong.penalty_factor,
+            )
+            for r, p in zip(rollouts, pen.tolist()):
+                r.reward += p
+        rp = self.repetition
+        if rp is not None and rp.enable:
+            for r in rollouts:
+                r.reward += repetition_penalty(
+                    r.response_ids, rp.factor, rp.min_repeats, rp.max_period, rp.min_tokens
+                )
+
+
+def sample_groups(
+    engine, dataset: PromptDataset, indices: Sequence[int], params: SamplingParams
+) -> list[list[Rollout]]:
+    """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s)."""
+    outputs = engine.generate([dataset.prompt_ids[i] for i in indices], params)
+    return [
+        [
+            Rollout(
+                dataset.samples[i],
+                i,
+                j,
+                dataset.prompt_ids[i],
+                o.token_ids,
+                o.logprobs,
+                o.finish_reason,
+            )
+            for j, o in enumerate(outs)
+        ]
+        for i, outs in zip(indices, outputs)
+    ]
+
+
+def generation_seed(seed: int, step: int, round_: int, rank: int = 0) -> int:
+    """The sampling seed of one generation round on one rank (distinct per step, round and rank)."""
+    return (seed * 1_000_003 + step * 1_009 + round_ + rank * 100_003) % (2**31)
+
+
+def collect_batch(
+    engine,
+    scorer: Scorer,
+    sampler: EpochSampler,
+    dataset: PromptDataset,
+    cfg: Config,
+    step: int,
+    ctx: DistContext | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[list[PromptGroup], dict]:
+    """Dynamic sampling (DAPO section 3.2, Eq. 11): generation rounds of `data.gen_batch_size` prompts, keeping the
+    groups whose metric varies, until `data.train_batch_size` groups are kept over all ranks.
+
+    Every rank draws the same round from the (replicated) sampler and takes every `world_size`-th prompt of it; the
+    kept count is all-reduced after each round, so all ranks stop after the same round. The kept groups are then
+    gathered and ordered by `(round, position)`, which is the order one process would keep them in, and the first
+    `train_batch_size` are the batch (the same list on every rank).
+
+    Args:
+        engine: rollout engine (`generate`).
+        scorer: scores and shapes rollouts.
+        sampler: the training-prompt sampler (advanced by `gen_batch_size` per round).
+        dataset: the training prompts.
+        cfg: the run's configuration.
+        step: the RL step (seeds and fault injection).
+        ctx: this rank (None: one process).
+        log: where a partial-batch note goes.
+
+    Returns:
+        `(groups, stats)`: the training batch's groups (all ranks') and statistics over every response generated
+        this step on all ranks (all rounds), not only the kept ones.
+
+    Raises:
+        DynamicSamplingExhausted: `max_num_gen_batches` rounds did not fill the batch and `on_exhausted` is `error`
+            (on every rank alike).
+    """
+    ctx = ctx or DistContext()
+    fg = cfg.algorithm.filter_groups
+    r = cfg.rollout
+    want = cfg.data.train_batch_size
+    kept: list[PromptGroup] = []
+    generated: list[PromptGroup] = []
+    rounds = 0
+    while True:
+        rounds += 1
+        indices = sampler.next(cfg.data.gen_batch_size)
+        positions = list(range(ctx.rank, len(indices), ctx.world_size))
+        params = SamplingParams(
+            n=r.n,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_tokens=cfg.data.max_response_length,
+            seed=generation_seed(cfg.trainer.seed, step, rounds, ctx.rank),
+        )
+        sampled = sample_groups(engine, dataset, [indices[p] for p in positions], params)
+        crash_point("rollout", step, ctx.rank)
+        scorer([x for g in sampled for x in g])
+        groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]
+        generated.extend(groups)
+        if fg.enable and groups:
+            metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
+            gidx = torch.repeat_interleave(
+                torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
+            )
+            keep_sample = filter_groups(metric, gidx)
+            first = torch.tensor([0] + [len(g.rollouts) for g in groups[:-1]]).cumsum(0)
+            kept.extend(g for g, k in zip(groups, keep_sample[first].tolist()) if k)
+        else:
+            kept.extend(groups)
+        total_kept = int(all_reduce([len(kept)], ctx)[0])
+        if total_kept >= want:
+            break
+        if fg.max_num_gen_batches > 0 and rounds >= fg.max_num_gen_batches:
+            usable = _usable_partial(total_kept, r.n, ctx.world_size)
+            if fg.on_exhausted == "partial" and usable:
+                log(
+                    f"step {step}: dynamic sampling kept {total_kept}/{want} groups; training on {usable} of them"
+                )
+                want = usable
+                break
+            raise DynamicSamplingExhausted(
+                f"dynamic sampling kept {total_kept} of the {want} prompt groups a step needs after {rounds} "
+                f"generation rounds of {cfg.data.gen_batch_size} prompts (algorithm.filter_groups."
+                f"max_num_gen_batches={fg.max_num_gen_batches}): the other groups' {r.n} responses were "
+                "all right or all wrong, so they carry no learning signal. Raise algorithm.filter_groups."
+                "max_num_gen_batches (0 = unlimited) or data.gen_batch_size, set algorithm.filter_groups."
+                "on_exhausted=partial, disable algorithm.filter_groups.enable, or start from a model that solves "
+                "some but not all of these problems."
+            )
+    batch = sorted((g for part in all_gather_objects(kept, ctx) for g in part), key=lambda g: g.key)[:want]
+    return batch, _step_stats(generated, rounds, total_kept, ctx) | {"train/kept_groups": len(batch)}
+
+
+def _usable_partial(kept: int, n: int, world: int) -> int:
+    """The most of `kept` groups whose `kept * n` sequences split evenly over `world` ranks."""
+    step = world // math.gcd(n, world)
+    return kept - kept % step
+
+
+def _step_stats(generated: list[PromptGroup], rounds: int, total_kept: int, ctx: DistContext) -> dict:
+    """Means over every response generated in the step, on all ranks."""
+    rs = [x for g in generated for x in g.rollouts]
+    sums = all_reduce(
+        [
+            len(rs),
+            len(generated),
+            sum(x.reward for x in rs),
+            sum(float(x.acc) for x in rs),
+            sum(x.response_length for x in rs),
+            sum(x.truncated for x in rs),
+            sum(x.status == "error" for x in rs),
+            sum(x.status == "timeout" for x in rs),
+        ],
+        ctx,
+    )
+    n, groups, reward, acc, length, truncated, errors, timeouts = sums
+    longest = all_reduce([max((x.response_length for x in rs), default=0)], ctx, op="max")[0]
+    n = max(n, 1.0)
+    return {
+        "train/reward_mean": reward / n,
+        "train/acc_mean": acc / n,
+        "train/response_length_mean": length / n,
+        "train/response_length_max": longest,
+        "train/response_clip_ratio": truncated / n,
+        "train/num_gen_batches": rounds,
+        "train/filter_pass_ratio": total_kept / max(groups, 1.0),
+        "reward/error_rate": errors / n,
+        "reward/timeout_rate": timeouts / n,
+    }
+
+
+def make_train_batch(
+    groups: list[PromptGroup], cfg: Config, pad_id: int, step: int, ctx: DistContext | None = None
+) -> TrainBatch:
+    """Advantages of the shaped scores (`algorithm.adv_estimator`, per group) and this rank's rows of the batch.
+
+    The batch (optionally shuffled by a per-step seeded permutation, the same on every rank) is cut into
+    mini-batches of `actor.ppo_mini_batch_size` groups' worth of sequences, as one process would cut it, and each
+    mini-batch is split evenly over the ranks, balanced by token count (`shard_minibatches`).
+
+    Args:
+        groups: the step's kept groups (all ranks', in order).
+        cfg: the run's configuration.
+        pad_id: the tokenizer's pad id.
+        step: the RL step (the shuffle's seed).
+        ctx: this rank (None: one process).
+    """
+    ctx = ctx or DistContext()
+    rollouts = [x for g in groups for x in g.rollouts]
+    scores = torch.tensor([x.reward for x in rollouts], dtype=torch.float32)
+    gidx = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups]))
+    estimator = get_adv_estimator(cfg.algorithm.adv_estimator)
+    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
+    truncated = torch.tensor([x.truncated for x in rollouts])
+    loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
+    order = None
+    if cfg.actor.shuffle:
+        order = torch.randperm(
+            len(rollouts), generator=torch.Generator().manual_seed(cfg.trainer.seed + step)
+        )
+    rows, minibatch = shard_minibatches(
+        [len(x.prompt_ids) + x.response_length for x in rollouts],
+        cfg.actor.ppo_mini_batch_size * cfg.rollout.n,
+        ctx.world_size,
+        ctx.rank,
+        order,
+    )
+    mine = [rollouts[i] for i in rows]
+    return TrainBatch.build(
+        [x.prompt_ids for x in mine],
+        [x.response_ids for x in mine],
+        adv[rows],
+        loss_mask[rows].float(),
+        pad_id,
+        rollout_logprobs=[x.logprobs for x in mine],
+        minibatch=minibatch,
+    )

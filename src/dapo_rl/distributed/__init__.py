@@ -1,0 +1,27 @@
+"""Running the loop on many processes: process group and device, FSDP2 wrapping, cross-rank counts and balancing,
+launchers (torchrun, Ray Train). See DESIGN.md, "Scaling out"."""
+
+from dapo_rl.distributed.balance import balanced_partition, shard_minibatches
+from dapo_rl.distributed.env import (
+    DistContext,
+    all_gather_objects,
+    all_reduce,
+    barrier,
+    init_distributed,
+    launched_world_size,
+    resolve_device,
+    shutdown,
+)
+
+__all__ = [
+    "DistContext",
+    "all_gather_objects",
+    "all_reduce",
+    "balanced_partition",
+    "barrier",
+    "init_distributed",
+    "launched_world_size",
+    "resolve_device",
+    "shard_minibatches",
+    "shutdown",
+]

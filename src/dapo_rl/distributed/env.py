@@ -1,0 +1,153 @@
+"""Process group, device and the few collectives the loop needs (SPMD: every rank runs the same loop).
+
+A launcher (torchrun, or Ray Train's `TorchTrainer`) starts N processes and sets `RANK`, `WORLD_SIZE`,
+`LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`; `init_distributed` reads them, as nanoGPT does with one check of
+`RANK`. Without them the run is one process and every collective here is the identity, so single-process code
+pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dapo_rl.config import ConfigError
+
+
+@dataclass
+class DistContext:
+    """Where this process stands in the job.
+
+    Attributes:
+        rank: global rank in [0, world_size).
+        world_size: number of processes (1: no process group).
+        local_rank: rank on this machine (selects `cuda:<local_rank>`).
+        device: the device model, batches and log-prob math live on.
+        mesh: the 1-D data-parallel `DeviceMesh` FSDP2 shards over, or None in one process.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    mesh: Any = None
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes metrics, logs, plots and the checkpoint index."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device of `trainer.device`: `auto` (CUDA when available, else CPU), `cpu` or `cuda`.
+
+    Args:
+        name: `auto`, `cpu` or `cuda`.
+        local_rank: the rank on this machine; CUDA ranks take `cuda:<local_rank>`.
+
+    Raises:
+        ConfigError: `cuda` asked for where torch sees no CUDA device, or an unknown name.
+    """
+    if name not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"trainer.device={name!r} is not one of auto, cpu, cuda")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
+        raise ConfigError(
+            f"trainer.device=cuda, but torch sees no CUDA device ({build}); use trainer.device=cpu or auto, or "
+            "install a CUDA build of torch on a machine with a GPU"
+        )
+    if local_rank >= torch.cuda.device_count():
+        raise ConfigError(
+            f"local rank {local_rank} needs cuda:{local_rank}, but this machine has {torch.cuda.device_count()} "
+            "CUDA device(s); launch at most that many processes per node"
+        )
+    return torch.device("cuda", local_rank)
+
+
+def launched_world_size() -> int:
+    """`WORLD_SIZE` set by a launcher (1 when absent)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
+    """Join the job the launcher started (or stay one process) and pick this rank's device.
+
+    Initialises the default process group (NCCL on CUDA, gloo on CPU) unless the launcher already did (Ray Train
+    does), and builds the 1-D device mesh FSDP2 shards over.
+
+    Args:
+        device: `trainer.device`.
+        timeout_s: how long a collective may wait for the other ranks (a dead rank is reported by the launcher).
+
+    Raises:
+        ConfigError: see `resolve_device`.
+    """
+    world = dist.get_world_size() if dist.is_initialized() else launched_world_size()
+    if world <= 1:
+        return DistContext(device=resolve_device(device))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if dev.type == "cuda" else "gloo",
+            timeout=timedelta(seconds=timeout_s),
+            device_id=dev if dev.type == "cuda" else None,
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(dev.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dev, mesh)
+
+
+def shutdown(ctx: DistContext) -> None:
+    """Leave the process group (no-op in one process)."""
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------------ collectives
+def all_reduce(values: list[float], ctx: DistContext, op: str = "sum") -> list[float]:
+    """Element-wise `sum` or `max` of a list of numbers over all ranks (float64; identity in one process).
+
+    Args:
+        values: the same length on every rank.
+        ctx: this rank.
+        op: `sum` or `max`.
+    """
+    if not ctx.distributed:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=_comm_device(ctx))
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
+    """Every rank's `obj` (picklable), in rank order; `[obj]` in one process."""
+    if not ctx.distributed:
+        return [obj]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(ctx: DistContext) -> None:
+    """Wait for every rank (no-op in one process)."""
+    if ctx.distributed:
+        dist.barrier()
+
+
+def _comm_device(ctx: DistContext) -> torch.device:
+    return ctx.device if ctx.device.type == "cuda" else torch.device("cpu")

@@ -1,0 +1,35 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) wrapping of a transformers causal LM."""
+
+from __future__ import annotations
+
+import torch
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The model's repeated blocks: modules whose class is in transformers' `_no_split_modules` (e.g.
+    `Qwen2DecoderLayer`, `LlamaDecoderLayer`), the unit FSDP shards and all-gathers one at a time."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shard_model(model, mesh, compute_dtype: torch.dtype | None = None) -> None:
+    """Shard `model` in place over the 1-D data-parallel `mesh`: each decoder layer, then the root (embeddings,
+    final norm, head; tied weights stay one parameter in the root group).
+
+    Args:
+        model: a transformers causal LM on the mesh's device.
+        mesh: `DeviceMesh` of the data-parallel ranks.
+        compute_dtype: `torch.bfloat16` for bf16 forward/backward with parameters, gradients reduced and optimizer
+            state kept in the parameters' dtype (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`);
+            None computes in the parameters' dtype.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = (
+        MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        if compute_dtype is not None
+        else MixedPrecisionPolicy()
+    )
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)

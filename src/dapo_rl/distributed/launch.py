@@ -1,0 +1,165 @@
+"""Launchers: never our own. `dapo train trainer.nproc_per_node=N` re-runs the same command under torch's elastic
+launcher (what `torchrun --standalone` does); `trainer.launcher=ray` runs the same SPMD function in Ray Train's
+`TorchTrainer` workers. Inside each process `dapo_rl.trainer.run` joins the process group the launcher set up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from dapo_rl.config import Config, ConfigError
+
+EXIT_RANK_FAILED = 1
+"""Exit code when a rank died without an exit code of its own (a crash with a traceback)."""
+
+
+def _rank_failure_message(rank: int, exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"rank {rank} was killed by {name}"
+    return f"rank {rank} exited with code {exitcode}"
+
+
+def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
+    """Run `python -m dapo_rl.cli <argv>` as `nproc_per_node` ranks on this machine through torch's elastic launcher
+    (the engine behind `torchrun --standalone`; no restarts), and return the job's exit code.
+
+    Each rank reads `RANK`/`WORLD_SIZE` and joins the group (`dapo_rl.distributed.init_distributed`); rank 0 prints
+    the run's lines. When a rank dies, the launcher stops the others and this says which rank and how.
+
+    Returns:
+        0; the ranks' common exit code (2, 3, 4); 128 + the signal number for a rank killed by a signal; or the
+        first failed rank's code.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc_per_node,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    try:
+        elastic_launch(config, entrypoint=sys.executable)("-m", "dapo_rl.cli", *argv)
+    except ChildFailedError as e:
+        failures = sorted(e.failures.items(), key=lambda kv: kv[1].timestamp)
+        codes = {f.exitcode for _, f in failures}
+        rank, first = failures[0]
+        if len(codes) == 1 and first.exitcode in (2, 3, 4) and len(failures) == nproc_per_node:
+            return first.exitcode  # every rank stopped alike; rank 0 printed why
+        # the launcher stops the surviving ranks with SIGTERM: report only the ranks that failed by themselves
+        own = [(r, f) for r, f in failures if (r, f) == (rank, first) or f.exitcode != -signal.SIGTERM]
+        what = "; ".join(_rank_failure_message(r, f.exitcode) for r, f in own)
+        print(
+            f"dapo train: {what}; the launcher stopped the other ranks. The run directory keeps its last complete "
+            "checkpoint: run the same command with --resume to continue from it.",
+            file=sys.stderr,
+        )
+        if first.exitcode < 0:
+            return 128 - first.exitcode
+        return first.exitcode or EXIT_RANK_FAILED
+    return 0
+
+
+def _absolute(cfg: Config) -> Config:
+    """The config with its local paths made absolute (Ray workers may run in another directory)."""
+
+    def absolute(p: str) -> str:
+        return str(Path(p).expanduser().resolve()) if p else p
+
+    model = cfg.model if cfg.model.path == "embedded" else replace(cfg.model, path=absolute(cfg.model.path))
+    data = replace(
+        cfg.data,
+        train_files=[absolute(f) for f in cfg.data.train_files],
+        val_files=[absolute(f) for f in cfg.data.val_files],
+    )
+    trainer = replace(cfg.trainer, output_dir=absolute(cfg.trainer.output_dir))
+    sft = replace(cfg.sft, output_dir=absolute(cfg.sft.output_dir))
+    return replace(cfg, model=model, data=data, trainer=trainer, sft=sft)
+
+
+def _ray_worker(config: dict) -> None:
+    """The function every Ray Train worker runs: the same `dapo train` as under torchrun."""
+    import ray.train
+    from transformers.utils import logging as hf_logging
+
+    from dapo_rl.trainer import run
+
+    hf_logging.disable_progress_bar()  # the workers' output reaches the driver's log, not a terminal
+    os.environ.setdefault("DAPO_RL_CACHE", config["cache"])
+    code = run(config["cfg"], resume=config["resume"])
+    ray.train.report({"exit_code": code})
+
+
+def launch_ray(cfg: Config, resume: bool = False) -> int:
+    """Run `dapo train` on a Ray cluster through Ray Train's `TorchTrainer`: `trainer.nnodes x
+    trainer.n_gpus_per_node` workers, one GPU each (one CPU each with `trainer.device=cpu`), each running the same
+    SPMD loop (`dapo_rl.trainer.run`) in the process group Ray Train sets up (gloo on CPU, NCCL on GPU).
+
+    Joins a running cluster (`ray.init(address="auto")`, e.g. started with `ray start --head`); without one it
+    starts a local cluster with enough CPUs for the workers.
+
+    Returns:
+        The workers' exit code (0, 2, 3, 4), or 1 when a worker failed without one (the message says which).
+
+    Raises:
+        ConfigError: `ray[train]` is not installed.
+    """
+    try:
+        import ray
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+    except ImportError as e:
+        raise ConfigError(
+            "trainer.launcher=ray: Ray Train is not installed; pip install 'dapo-rl[ray]' (or 'ray[train]'), or use "
+            "the torchrun launcher (trainer.launcher=torchrun trainer.nproc_per_node=N)"
+        ) from e
+    from dapo_rl.distributed.env import resolve_device
+    from dapo_rl.sft import cache_root
+
+    t = cfg.trainer
+    workers = t.nnodes * t.n_gpus_per_node
+    gpu = resolve_device(t.device).type == "cuda"
+    if not ray.is_initialized():
+        try:
+            ray.init(address="auto", log_to_driver=True)
+        except ConnectionError:
+            ray.init(num_cpus=max(os.cpu_count() or 1, workers), log_to_driver=True)
+    cfg = _absolute(cfg)
+    run_dir = Path(cfg.trainer.output_dir)
+    trainer = TorchTrainer(
+        _ray_worker,
+        train_loop_config={"cfg": cfg, "resume": resume, "cache": str(cache_root().resolve())},
+        torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
+        scaling_config=ScalingConfig(
+            num_workers=workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}
+        ),
+        run_config=RunConfig(
+            name=f"dapo-{run_dir.name}",
+            storage_path=str(run_dir / "ray_results"),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as e:  # Ray Train's TrainingFailedError and friends: a worker died or raised
+        print(
+            f"dapo train: a Ray Train worker failed ({type(e).__name__}: {' '.join(str(e).split())[:500]}). The run "
+            "directory keeps its last complete checkpoint: run the same command with --resume to continue.",
+            file=sys.stderr,
+        )
+        return EXIT_RANK_FAILED
+    return int((result.metrics or {}).get("exit_code", 0))

@@ -1,0 +1,593 @@
+"""`dapo plan`: what a recipe asks of the hardware, computed from the configuration alone (no weights, no GPU).
+
+`plan_recipe(cfg)` returns the numbers (a dict: counts, tokens, bytes); `format_plan(plan)` turns them into the text
+`dapo plan RECIPE [key=value ...]` prints. The model's size comes from `model.path/config.json` when the checkpoint is
+there (exact: the model is built on the `meta` device, which allocates nothing), else from `model.size_hint` (the
+Qwen2.5 shapes below), or from the `sft` section for the embedded tiny model.
+
+Memory model, per rank (one GPU), in bytes:
+
+- Resident states, FSDP2 full sharding over the world (`dapo_rl.distributed.fsdp.shard_model`: one group per decoder
+  layer plus the root): parameters and gradients in `model.dtype` (4 bytes for float32, 2 for bfloat16) and AdamW's
+  two moments (`exp_avg`, `exp_avg_sq`, created by `torch.optim.AdamW` in the parameter's dtype: 2 x 4 bytes per
+  parameter for float32), each divided by the world size.
+- Compute copies: under FSDP2 a rank all-gathers unsharded parameters in the compute dtype (`actor.autocast_dtype`,
+  else `model.dtype`): the root group (embeddings, final norm, lm_head), which FSDP2 keeps gathered from forward to
+  backward, and two decoder layers (the one computing and the one prefetched). One process (no FSDP) with bf16
+  autocast: autocast's weight-cast cache holds a bf16 copy of every weight through the forward.
+- Activations of one micro-batch (`actor.ppo_micro_batch_size` sequences, at most the rank's share of a mini-batch)
+  at the maximum lengths, in the compute dtype, assuming flash/SDPA attention (no seq x seq score matrix): per
+  decoder layer and token about `6 h + 2 kv + 4 i` values (norm inputs and outputs, q, k, v, attention output; gate,
+  up, activation and product of the MLP; h = hidden size, kv = key/value width, i = MLP width); with gradient
+  checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute. The logits
+  add `vocab x (compute bytes + 4)` per token (the compute-dtype logits and their fp32 copy for the log-softmax).
+  An estimate for the order of magnitude, not a measurement.
+- vLLM (`rollout.name=vllm` on GPUs): `rollout.gpu_memory_utilization x GPU memory`, which vLLM takes whole for its
+  weights (bf16, split over `rollout.tensor_model_parallel_size` GPUs) and KV cache. It is resident while
+  generating; during the update it sleeps (`rollout.sleep_level` >= 1 frees it) or stays (0).
+
+The peak is the larger of the rollout phase (states + engine) and the update phase (states + compute copies +
+activations + an awake engine). Not included: the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from dapo_rl.config import DEFAULT_RECIPE, Config, ConfigError, load_config
+
+GIB = 2**30
+"""Bytes in a GiB; memory is printed in GiB."""
+
+DEFAULT_GPU_MEMORY_GIB = 80.0
+"""The GPU the plan checks against unless told otherwise (an 80 GB A100/H100)."""
+
+QWEN25_SHAPES: dict[str, dict[str, Any]] = {
+    # The values of each model's config.json on the Hugging Face hub (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-1.5B,
+    # Qwen/Qwen2.5-7B, Qwen/Qwen2.5-32B, Qwen/Qwen2.5-Math-7B). The -Instruct models have the same shapes (their
+    # max_position_embeddings is 32768). Qwen2 has biases on the q, k and v projections only.
+    "0.5b": {
+        "name": "Qwen2.5-0.5B",
+        "vocab_size": 151936,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 32768,
+    },
+    "1.5b": {
+        "name": "Qwen2.5-1.5B",
+        "vocab_size": 151936,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 131072,
+    },
+    "7b": {
+        "name": "Qwen2.5-7B",
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 131072,
+    },
+    "7b-math": {
+        "name": "Qwen2.5-Math-7B",
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 4096,
+    },
+    "32b": {
+        "name": "Qwen2.5-32B",
+        "vocab_size": 152064,
+        "hidden_size": 5120,
+        "intermediate_size": 27648,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 131072,
+    },
+}
+"""`model.size_hint` -> Qwen2.5 config.json fields (plus a display `name`)."""
+
+EMBEDDED_VOCAB_SIZE = 258
+"""The embedded tiny model's vocabulary: 256 bytes, `<|endoftext|>`, `<|pad|>` (`dapo_rl.models.tiny`)."""
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def qwen2_param_counts(shape: dict[str, Any]) -> dict[str, int]:
+    """Parameter counts of a Qwen2 causal LM from its config.json fields, without building it.
+
+    Per decoder layer: q (h x h + h bias), k and v (h x kv + kv bias each, kv = num_key_value_heads x head_dim,
+    head_dim = h / num_attention_heads), o (h x h), gate/up/down (3 x h x i), two RMSNorms (2 h). Outside the layers:
+    the embedding (vocab x h), the lm_head (vocab x h unless tied) and the final norm (h).
+
+    Args:
+        shape: `vocab_size`, `hidden_size`, `intermediate_size`, `num_hidden_layers`, `num_attention_heads`,
+            `num_key_value_heads`, `tie_word_embeddings`.
+
+    Returns:
+        `{"total", "layer" (one decoder layer), "root" (everything outside the decoder layers), "kv_dim"}`.
+    """
+    h, i, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    kv = shape["num_key_value_heads"] * (h // shape["num_attention_heads"])
+    layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * i + 2 * h
+    root = v * h * (1 if shape["tie_word_embeddings"] else 2) + h
+    return {"total": layer * shape["num_hidden_layers"] + root, "layer": layer, "root": root, "kv_dim": kv}
+
+
+def _shape_from_table(shape: dict[str, Any], source: str) -> dict[str, Any]:
+    counts = qwen2_param_counts(shape)
+    return {
+        "name": shape["name"],
+        "source": source,
+        "num_params": counts["total"],
+        "layer_params": counts["layer"],
+        "root_params": counts["root"],
+        "num_layers": shape["num_hidden_layers"],
+        "hidden_size": shape["hidden_size"],
+        "intermediate_size": shape["intermediate_size"],
+        "kv_dim": counts["kv_dim"],
+        "vocab_size": shape["vocab_size"],
+        "max_position_embeddings": shape.get("max_position_embeddings"),
+    }
+
+
+def _shape_from_checkpoint(path: Path, trust_remote_code: bool) -> dict[str, Any]:
+    """Exact counts: the model built from `path/config.json` on the meta device (no memory, no weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        hf = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf, trust_remote_code=trust_remote_code)
+    except Exception as e:  # transformers raises ValueError/OSError/KeyError for unknown or broken configs
+        raise ConfigError(f"model.path={path}: cannot build the model from config.json ({e})") from e
+    total = sum(p.numel() for p in model.parameters())  # tied weights are one parameter
+    names = set(getattr(model, "_no_split_modules", None) or [])  # the decoder-layer class, as FSDP2 wraps it
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    layer = sum(p.numel() for p in layers[0].parameters()) if layers else 0
+    text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
+    h = getattr(text, "hidden_size", None)
+    heads = getattr(text, "num_attention_heads", None)
+    head_dim = getattr(text, "head_dim", None) or (h // heads if h and heads else None)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    return {
+        "name": type(model).__name__,
+        "source": f"{path / 'config.json'} (built on the meta device)",
+        "num_params": total,
+        "layer_params": layer,
+        "root_params": total - layer * len(layers),
+        "num_layers": len(layers),
+        "hidden_size": h,
+        "intermediate_size": getattr(text, "intermediate_size", None),
+        "kv_dim": kv_heads * head_dim if kv_heads and head_dim else None,
+        "vocab_size": getattr(text, "vocab_size", None),
+        "max_position_embeddings": getattr(text, "max_position_embeddings", None),
+    }
+
+
+def model_shape(cfg: Config) -> dict[str, Any]:
+    """The policy's size and shape, without its weights.
+
+    Order: `model.path=embedded` (the `sft` section's shape); a directory holding config.json (exact, built on the
+    meta device); `model.size_hint` (`QWEN25_SHAPES`).
+
+    Returns:
+        `name`, `source` (where the numbers come from), `num_params`, `layer_params` (one decoder layer),
+        `root_params` (embeddings, final norm, lm_head), `num_layers`, `hidden_size`, `intermediate_size`, `kv_dim`
+        (key/value width: key/value heads x head dim), `vocab_size`, `max_position_embeddings` (None where unknown).
+
+    Raises:
+        ConfigError: neither a config.json under `model.path` nor a `model.size_hint`, an unknown size hint, or a
+            config.json transformers cannot build.
+    """
+    m = cfg.model
+    if m.path == "embedded":
+        s = cfg.sft
+        shape = {
+            "name": "embedded tiny Qwen2",
+            "vocab_size": EMBEDDED_VOCAB_SIZE,
+            "hidden_size": s.hidden_size,
+            "intermediate_size": s.intermediate_size,
+            "num_hidden_layers": s.num_layers,
+            "num_attention_heads": s.num_heads,
+            "num_key_value_heads": s.num_heads,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": s.max_position_embeddings,
+        }
+        return _shape_from_table(shape, "the sft section (model.path=embedded)")
+    path = Path(m.path)
+    if (path / "config.json").is_file():
+        return _shape_from_checkpoint(path, m.trust_remote_code)
+    hint = m.size_hint.strip().lower()
+    if hint:
+        if hint not in QWEN25_SHAPES:
+            raise ConfigError(f"model.size_hint={m.size_hint!r} is not one of {', '.join(QWEN25_SHAPES)}")
+        return _shape_from_table(
+            QWEN25_SHAPES[hint], f"model.size_hint={hint}; {m.path}/config.json is not there yet"
+        )
+    raise ConfigError(
+        f"dapo plan needs the model's shape: model.path={m.path} holds no config.json and model.size_hint is empty; "
+        f"download the checkpoint there or set model.size_hint to one of {', '.join(QWEN25_SHAPES)}"
+    )
+
+
+def world_layout(cfg: Config) -> tuple[int, int]:
+    """`(nodes, ranks per node)` the plan assumes.
+
+    `trainer.nnodes x trainer.n_gpus_per_node` (Ray's workers, verl's names); with `launcher=torchrun` and
+    `trainer.nproc_per_node` > 1, the torchrun shorthand's `nproc_per_node` ranks per node.
+    """
+    t = cfg.trainer
+    per_node = t.nproc_per_node if t.launcher == "torchrun" and t.nproc_per_node > 1 else t.n_gpus_per_node
+    return t.nnodes, per_node
+
+
+def load_plan_config(recipe: str | None, overrides: list[str]) -> tuple[Config, list[str]]:
+    """`load_config` for planning (the same validation and errors), with a note when the recipe's engine is not
+    installed here (`dapo train` would stop on it; planning needs no engine).
+
+    Returns:
+        The config and notes for the plan.
+
+    Raises:
+        ConfigError: as `load_config`.
+    """
+    from dapo_rl.rollout import check_engine
+
+    cfg = load_config(recipe, overrides)
+    try:
+        check_engine(cfg.rollout)
+    except ValueError as e:
+        return cfg, [f"{e} (planned as written)"]
+    return cfg, []
+
+
+def plan_recipe(
+    cfg: Config,
+    gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB,
+    recipe: str | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    """The numbers of a recipe's plan: hardware, work per rank, memory per rank.
+
+    Args:
+        cfg: a validated `Config`.
+        gpu_memory_gib: memory of one GPU in GiB, for vLLM's share and the verdict.
+        recipe: the recipe's name, for the heading.
+        notes: notes to carry into the plan (e.g. from `load_plan_config`).
+
+    Returns:
+        A dict of sections. `hardware`: `nnodes`, `ranks_per_node`, `world_size`, `device`, `launcher`,
+        `gpu_memory_bytes`. `model`: see `model_shape`. `batch` (prompts, sequences, tokens): `gen_prompts_per_round`,
+        `gen_prompts_per_rank`, `gen_sequences_per_rank`, `max_gen_rounds` (0: unlimited), `train_prompts_per_step`,
+        `train_prompts_per_rank`, `train_sequences_per_rank`, `optimizer_steps_per_step`,
+        `mini_batch_sequences_per_rank`, `micro_batch_sequences`, `max_sequence_length`, `tokens_per_step`,
+        `tokens_per_rank_per_step`, `tokens_per_micro_batch` (per-rank values are floats when uneven). `memory`
+        (bytes per rank): `params`, `grads`, `optimizer`, `states`, `compute_copies`, `activations` (and its parts
+        `act_layers`, `act_recompute`, `act_logits`), `engine` (vLLM's share or the transformers engine's KV cache),
+        `engine_weights`, `engine_kv_tokens` (vLLM KV-cache room in tokens per engine, None otherwise),
+        `rollout_phase`, `update_phase`, `peak`, `fits` (bool; None on CPU), `param_bytes`, `compute_bytes`.
+        `notes`: strings; `warnings`: strings.
+    """
+    d, a, r, act, t = cfg.data, cfg.algorithm, cfg.rollout, cfg.actor, cfg.trainer
+    nnodes, per_node = world_layout(cfg)
+    world = nnodes * per_node
+    shape = model_shape(cfg)
+    warnings: list[str] = []
+    notes = list(notes or [])
+
+    # --- work per rank -----------------------------------------------------------------------------------------
+    max_len = d.max_prompt_length + d.max_response_length
+    mini_seqs_rank = act.ppo_mini_batch_size * r.n / world
+    micro = max(1, min(act.ppo_micro_batch_size, math.ceil(mini_seqs_rank)))
+    max_rounds = (a.filter_groups.max_num_gen_batches if a.filter_groups.enable else 1) or 0
+    batch = {
+        "gen_prompts_per_round": d.gen_batch_size,
+        "gen_prompts_per_rank": d.gen_batch_size / world,
+        "gen_sequences_per_rank": d.gen_batch_size * r.n / world,
+        "max_gen_rounds": max_rounds,
+        "train_prompts_per_step": d.train_batch_size,
+        "train_prompts_per_rank": d.train_batch_size / world,
+        "train_sequences_per_rank": d.train_batch_size * r.n / world,
+        "optimizer_steps_per_step": d.train_batch_size // act.ppo_mini_batch_size * act.ppo_epochs,
+        "mini_batch_sequences_per_rank": mini_seqs_rank,
+        "micro_batch_sequences": micro,
+        "max_sequence_length": max_len,
+        "tokens_per_step": d.train_batch_size * r.n * max_len,
+        "tokens_per_rank_per_step": d.train_batch_size * r.n * max_len / world,
+        "tokens_per_micro_batch": micro * max_len,
+    }
+    if d.gen_batch_size % world:
+        warnings.append(
+            f"data.gen_batch_size={d.gen_batch_size} does not divide over {world} ranks: "
+            f"ranks get {d.gen_batch_size // world} or {d.gen_batch_size // world + 1} prompts per round"
+        )
+    if mini_seqs_rank < 1:
+        warnings.append(
+            f"a mini-batch of {act.ppo_mini_batch_size} prompts x {r.n} = {act.ppo_mini_batch_size * r.n} sequences "
+            f"is less than one per rank over {world} ranks: raise actor.ppo_mini_batch_size"
+        )
+    elif mini_seqs_rank != int(mini_seqs_rank):
+        warnings.append(
+            f"a mini-batch ({act.ppo_mini_batch_size * r.n} sequences) does not divide over {world} ranks"
+        )
+    if shape["max_position_embeddings"] and max_len > shape["max_position_embeddings"]:
+        warnings.append(
+            f"data.max_prompt_length + data.max_response_length = {max_len:,} tokens exceeds the model's context "
+            f"(max_position_embeddings {shape['max_position_embeddings']:,})"
+        )
+
+    # --- memory per rank ---------------------------------------------------------------------------------------
+    n = shape["num_params"]
+    pbytes = _DTYPE_BYTES[cfg.model.dtype]
+    cbytes = 2 if act.autocast_dtype == "bfloat16" else pbytes
+    params = math.ceil(n * pbytes / world)
+    grads = params
+    optimizer = 2 * params  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
+    states = params + grads + optimizer
+    if world > 1:
+        compute = (shape["root_params"] + min(2, shape["num_layers"]) * shape["layer_params"]) * cbytes
+    else:
+        compute = n * cbytes if cbytes != pbytes else 0
+    h, i, kv = shape["hidden_size"], shape["intermediate_size"], shape["kv_dim"]
+    tokens = micro * max_len
+    act_layers = act_recompute = act_logits = None
+    if h and i and kv and shape["num_layers"]:
+        per_token_layer = (6 * h + 2 * kv + 4 * i) * cbytes
+        if act.gradient_checkpointing:
+            act_layers = shape["num_layers"] * tokens * h * cbytes
+            act_recompute = tokens * per_token_layer
+        else:
+            act_layers = shape["num_layers"] * tokens * per_token_layer
+            act_recompute = 0
+    if shape["vocab_size"]:
+        act_logits = tokens * shape["vocab_size"] * (cbytes + 4)
+    activations = (
+        None if act_layers is None or act_logits is None else act_layers + act_recompute + act_logits
+    )
+    if activations is None:
+        notes.append("activations not included (the model's config lacks hidden/intermediate/vocab sizes)")
+
+    device = t.device
+    on_gpu = device != "cpu"
+    gpu_bytes = int(gpu_memory_gib * GIB)
+    kv_per_token = 2 * shape["num_layers"] * (kv or 0)  # K and V values per token, all layers
+    engine_weights = engine_kv_tokens = None
+    engine_asleep = True
+    if r.name == "vllm" and on_gpu:
+        tp = r.tensor_model_parallel_size
+        engine = int(r.gpu_memory_utilization * gpu_bytes)
+        engine_weights = math.ceil(n * 2 / tp)
+        kv_room = engine - engine_weights
+        if kv_per_token:
+            engine_kv_tokens = max(0, kv_room) // max(1, kv_per_token * 2 // tp)
+        engine_asleep = r.sleep_level >= 1
+        if kv_room <= 0:
+            warnings.append(
+                f"vLLM's share ({engine / GIB:.1f} GiB) does not hold its bf16 weights ({engine_weights / GIB:.1f} "
+                "GiB per GPU): raise rollout.gpu_memory_utilization or rollout.tensor_model_parallel_size"
+            )
+        elif engine_kv_tokens is not None and engine_kv_tokens < max_len:
+            warnings.append(
+                f"vLLM's KV cache (~{engine_kv_tokens:,} tokens) cannot hold one sequence of {max_len:,} tokens"
+            )
+        if world % tp:
+            warnings.append(f"rollout.tensor_model_parallel_size={tp} does not divide the world size {world}")
+    elif r.name == "vllm":  # vLLM-CPU: a fixed KV cache plus its copy of the weights
+        engine = int(r.kv_cache_gib * GIB) + n * pbytes
+    else:  # transformers generate: the actor's own weights plus the KV cache of one generation batch
+        engine = r.micro_batch_size * max_len * kv_per_token * pbytes
+    rollout_phase = states + engine
+    update_phase = states + compute + (activations or 0) + (0 if engine_asleep else engine)
+    peak = max(rollout_phase, update_phase)
+    memory = {
+        "param_bytes": pbytes,
+        "compute_bytes": cbytes,
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "states": states,
+        "compute_copies": compute,
+        "activations": activations,
+        "act_layers": act_layers,
+        "act_recompute": act_recompute,
+        "act_logits": act_logits,
+        "engine": engine,
+        "engine_weights": engine_weights,
+        "engine_kv_tokens": engine_kv_tokens,
+        "engine_asleep_in_update": engine_asleep,
+        "rollout_phase": rollout_phase,
+        "update_phase": update_phase,
+        "peak": peak,
+        "fits": (peak <= gpu_bytes) if on_gpu else None,
+    }
+    return {
+        "recipe": recipe or DEFAULT_RECIPE,
+        "output_dir": t.output_dir,
+        "hardware": {
+            "nnodes": nnodes,
+            "ranks_per_node": per_node,
+            "world_size": world,
+            "device": device,
+            "launcher": t.launcher,
+            "gpu_memory_bytes": gpu_bytes,
+        },
+        "model": shape,
+        "rollout": {"name": r.name, "n": r.n, "tensor_model_parallel_size": r.tensor_model_parallel_size},
+        "batch": batch,
+        "memory": memory,
+        "notes": notes,
+        "warnings": warnings,
+        "settings": {
+            "model_dtype": cfg.model.dtype,
+            "autocast_dtype": act.autocast_dtype,
+            "gradient_checkpointing": act.gradient_checkpointing,
+            "ppo_mini_batch_size": act.ppo_mini_batch_size,
+            "ppo_epochs": act.ppo_epochs,
+            "gpu_memory_utilization": r.gpu_memory_utilization,
+            "sleep_level": r.sleep_level,
+            "kv_cache_gib": r.kv_cache_gib,
+            "rollout_micro_batch_size": r.micro_batch_size,
+        },
+    }
+
+
+def _num(x: float) -> str:
+    """12 -> '12', 12.5 -> '12.5', 1234567 -> '1,234,567'."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}".rstrip("0").rstrip(".")
+
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}{'s' * (k != 1)}"
+
+
+def _gib(x: float | None) -> str:
+    return "n/a" if x is None else f"{x / GIB:7.2f}"
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan as text (what `dapo plan` prints): memory in GiB (2**30 bytes), counts with thousands separators."""
+    hw, m, b, mem, s = plan["hardware"], plan["model"], plan["batch"], plan["memory"], plan["settings"]
+    ro = plan["rollout"]
+    world, n = hw["world_size"], ro["n"]
+    gpu_gib = hw["gpu_memory_bytes"] / GIB
+    unit = "GPU" if hw["device"] != "cpu" else "process"
+    device = {"auto": "auto (CUDA when available, else CPU)"}.get(hw["device"], hw["device"])
+    lines = [f"dapo plan: {plan['recipe']} (run directory {plan['output_dir']})", ""]
+    lines.append(f"model     {m['name']}: {m['num_params']:,} parameters, {m['num_layers']} decoder layers")
+    lines.append(f"          from {m['source']}")
+    lines.append(
+        f"hardware  {hw['nnodes']} node{'s' * (hw['nnodes'] != 1)} x {hw['ranks_per_node']} {unit}"
+        f"{'s' * (hw['ranks_per_node'] != 1)} = {world} rank{'s' * (world != 1)}, device {device}, "
+        f"launcher {hw['launcher']}"
+    )
+    lines.append("")
+    rounds = (
+        "unlimited rounds" if b["max_gen_rounds"] == 0 else f"at most {_plural(b['max_gen_rounds'], 'round')}"
+    )
+    lines.append(
+        f"generation round   {_num(b['gen_prompts_per_round'])} prompts x {n} = "
+        f"{_num(b['gen_prompts_per_round'] * n)} sequences; per rank {_num(b['gen_prompts_per_rank'])} prompts, "
+        f"{_num(b['gen_sequences_per_rank'])} sequences; {rounds} per step"
+    )
+    lines.append(
+        f"training step      {_num(b['train_prompts_per_step'])} prompts x {n} = "
+        f"{_num(b['train_prompts_per_step'] * n)} sequences; per rank {_num(b['train_prompts_per_rank'])} prompts, "
+        f"{_num(b['train_sequences_per_rank'])} sequences"
+    )
+    lines.append(
+        f"optimizer steps    {b['optimizer_steps_per_step']} per training step ({_num(b['train_prompts_per_step'])}"
+        f" / {s['ppo_mini_batch_size']} prompts per mini-batch x {_plural(s['ppo_epochs'], 'epoch')}); per rank "
+        f"{_num(b['mini_batch_sequences_per_rank'])} sequences per mini-batch, {b['micro_batch_sequences']} per "
+        "forward/backward pass"
+    )
+    lines.append(
+        f"tokens (max)       {_num(b['tokens_per_step'])} per training step ({_num(b['train_prompts_per_step'] * n)}"
+        f" x {b['max_sequence_length']:,}), {_num(b['tokens_per_rank_per_step'])} per rank, "
+        f"{b['tokens_per_micro_batch']:,} per pass"
+    )
+    lines.append("")
+    shard = f"FSDP2 full sharding over {world} ranks" if world > 1 else "one process, no sharding"
+    lines.append(
+        f"memory per {unit} (GiB; {shard}; parameters {s['model_dtype']}, compute "
+        f"{s['autocast_dtype'] if s['autocast_dtype'] != 'none' else s['model_dtype']})"
+    )
+    per = f" / {world}" if world > 1 else ""
+    lines.append(
+        f"  parameters        {_gib(mem['params'])}   {m['num_params']:,} x {mem['param_bytes']} B{per}"
+    )
+    lines.append(f"  gradients         {_gib(mem['grads'])}   same as the parameters")
+    lines.append(
+        f"  AdamW moments     {_gib(mem['optimizer'])}   2 x {mem['param_bytes']} B per parameter{per}"
+    )
+    if world > 1:
+        what = "unsharded root (embeddings, norm, lm_head) + 2 decoder layers, all-gathered"
+    elif mem["compute_copies"]:
+        what = "autocast's bf16 copy of every weight"
+    else:
+        what = "none (computes in the parameters' dtype, one process)"
+    lines.append(f"  compute copies    {_gib(mem['compute_copies'])}   {what}")
+    if mem["activations"] is None:
+        lines.append("  activations          n/a   not included")
+    else:
+        ckpt = "gradient checkpointing" if s["gradient_checkpointing"] else "no gradient checkpointing"
+        lines.append(
+            f"  activations       {_gib(mem['activations'])}   one pass of {b['tokens_per_micro_batch']:,} tokens, "
+            f"{ckpt}: layers {mem['act_layers'] / GIB:.2f} + recompute {mem['act_recompute'] / GIB:.2f} + logits "
+            f"{mem['act_logits'] / GIB:.2f} (estimate)"
+        )
+    if ro["name"] == "vllm" and hw["device"] != "cpu":
+        kv = mem["engine_kv_tokens"]
+        room = (
+            f"; KV cache room ~{kv:,} tokens ({kv // b['max_sequence_length']:,} full-length sequences) per engine"
+            if kv is not None
+            else ""
+        )
+        lines.append(
+            f"  vLLM engine       {_gib(mem['engine'])}   {s['gpu_memory_utilization']} x {gpu_gib:g} GiB; bf16 "
+            f"weights {mem['engine_weights'] / GIB:.2f} per GPU (TP {ro['tensor_model_parallel_size']}){room}"
+        )
+        sleep = (
+            f"vLLM asleep (rollout.sleep_level={s['sleep_level']})"
+            if mem["engine_asleep_in_update"]
+            else "vLLM awake (rollout.sleep_level=0)"
+        )
+    elif ro["name"] == "vllm":
+        lines.append(
+            f"  vLLM-CPU engine   {_gib(mem['engine'])}   KV cache {s['kv_cache_gib']} GiB + a copy of the weights"
+        )
+        sleep = "vLLM-CPU has no sleep mode: counted in both phases"
+    else:
+        lines.append(
+            f"  generation KV     {_gib(mem['engine'])}   transformers engine, {s['rollout_micro_batch_size']} sequences"
+            f" x {b['max_sequence_length']:,} tokens"
+        )
+        sleep = "the transformers engine's KV cache is freed"
+    lines.append(f"  rollout phase     {_gib(mem['rollout_phase'])}   states + engine")
+    lines.append(
+        f"  update phase      {_gib(mem['update_phase'])}   states + compute copies + activations; {sleep}"
+    )
+    lines.append(f"  peak              {_gib(mem['peak'])}")
+    lines.append("")
+    peak = mem["peak"] / GIB
+    if mem["fits"] is None:
+        lines.append(f"verdict   needs ~{peak:.1f} GiB of host memory per process (device cpu)")
+    else:
+        gpus = f"{world} x {gpu_gib:g} GiB GPUs ({hw['nnodes']} x {hw['ranks_per_node']})"
+        if mem["fits"]:
+            lines.append(
+                f"verdict   FITS {gpus}: peak {peak:.1f} GiB per GPU, {gpu_gib - peak:.1f} GiB to spare"
+            )
+        else:
+            lines.append(
+                f"verdict   DOES NOT FIT {gpus}: peak {peak:.1f} GiB per GPU exceeds {gpu_gib:g} GiB by "
+                f"{peak - gpu_gib:.1f} GiB"
+            )
+        lines.append(
+            "          (not included: CUDA context, NCCL buffers, allocator fragmentation: a few GiB)"
+        )
+    for w in plan["warnings"]:
+        lines.append(f"warning   {w}")
+    for note in plan["notes"]:
+        lines.append(f"note      {note}")
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""Data parallelism on this CPU: FSDP2 over gloo with 2 real processes against one process, on the real tiny model.
+
+The equivalence test is the contract of `Actor.update` under N ranks: the same batch split over 2 ranks (balanced,
+each mini-batch's loss divided by the all-reduced global token count) gives the one-process loss, gradient norm and
+parameters. GPU paths (NCCL, bf16 mixed precision) skip here with their reason.
+"""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from dapo_rl.actor import Actor, TrainBatch
+from dapo_rl.config import ActorConfig, AlgorithmConfig
+from dapo_rl.distributed import DistContext, balanced_partition, init_distributed, shard_minibatches, shutdown
+from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+N = 16  # sequences; two mini-batches of 8, so the second optimizer step is off-policy (ratio != 1)
+MINI = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _batch_lists():
+    """Prompts and responses of varied lengths, advantages of both signs (deterministic)."""
+    tok = build_tiny_tokenizer()
+    prompts = [tok(f"{i} + {3 * i} - {i % 5} =\n")["input_ids"] for i in range(N)]
+    responses = [
+        tok("Answer: " + "7" * (1 + (5 * i) % 7))["input_ids"] + [tok.eos_token_id] for i in range(N)
+    ]
+    adv = torch.tensor([(-1.0) ** i * (0.05 + 0.02 * i) for i in range(N)])
+    return prompts, responses, adv, tok.pad_token_id
+
+
+def _actor_cfg(loss_agg_mode: str):
+    return (
+        ActorConfig(
+            ppo_mini_batch_size=MINI, ppo_micro_batch_size=3, lr=1e-3, weight_decay=0.1, grad_clip=1e9
+        ),
+        AlgorithmConfig(loss_agg_mode=loss_agg_mode),
+    )
+
+
+def _update(model_dir, ctx: DistContext, loss_agg_mode: str):
+    """This rank's share of the batch through one `Actor.update`; returns the metrics and the full parameters."""
+    prompts, responses, adv, pad = _batch_lists()
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    rows, minibatch = shard_minibatches(lengths, MINI, ctx.world_size, ctx.rank)
+    batch = TrainBatch.build(
+        [prompts[i] for i in rows],
+        [responses[i] for i in rows],
+        adv[rows],
+        torch.ones(len(rows)),
+        pad,
+        minibatch=minibatch,
+    )
+    cfg, algo = _actor_cfg(loss_agg_mode)
+    actor = Actor(str(model_dir), cfg, algo, ctx, temperature=0.9)
+    metrics = actor.update(batch)
+    params = {k: v.clone() for k, v in actor.engine_weights()}
+    return actor, metrics, params
+
+
+def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str, loss_agg_mode: str):
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
+    ctx = init_distributed("cpu")
+    try:
+        actor, metrics, params = _update(model_dir, ctx, loss_agg_mode)
+        actor.save(os.path.join(out_dir, "ckpt"))
+        if ctx.is_main:
+            torch.save({"metrics": metrics, "params": params}, os.path.join(out_dir, "result.pt"))
+    finally:
+        shutdown(ctx)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    build_tiny_model(seed=3).save_pretrained(path)
+    build_tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_balanced_partition_by_hand():
+    # longest first, each to the lighter part with room: 9 -> A, 7 -> B, 6 -> B (13), 5 -> A (14), 2 -> B (15),
+    # 1 -> A (15)
+    parts = balanced_partition([9, 7, 6, 5, 2, 1], 2)
+    assert sorted(len(p) for p in parts) == [3, 3]
+    loads = sorted(sum([9, 7, 6, 5, 2, 1][i] for i in p) for p in parts)
+    assert loads == [15, 15]
+    assert parts == [[0, 3, 5], [1, 2, 4]]  # each part in the batch's order
+    with pytest.raises(ValueError):
+        balanced_partition([1, 2, 3], 2)
+
+
+def test_shard_minibatches_gives_each_rank_equal_shares_of_every_minibatch():
+    lengths = [10, 50, 20, 40, 30, 30, 60, 5]
+    r0, m0 = shard_minibatches(lengths, 4, 2, 0)
+    r1, m1 = shard_minibatches(lengths, 4, 2, 1)
+    assert sorted(r0 + r1) == list(range(8))
+    for m in (0, 1):  # each mini-batch keeps its own 4 sequences, 2 per rank
+        rows = [r for r, x in zip(r0, m0) if x == m] + [r for r, x in zip(r1, m1) if x == m]
+        assert sorted(rows) == list(range(4 * m, 4 * m + 4))
+        assert m0.count(m) == m1.count(m) == 2
+    tokens = [sum(lengths[r] for r, x in zip(rs, ms) if x == 0) for rs, ms in ((r0, m0), (r1, m1))]
+    assert tokens == [60, 60]  # 10+50 / 20+40: balanced
+    with pytest.raises(ValueError, match="cannot be split evenly over 3 ranks"):
+        shard_minibatches(lengths, 4, 3, 0)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_fsdp2_update_on_two_ranks_equals_one_process(model_dir, tmp_path, loss_agg_mode):
+    """Acceptance: loss, grad norm and every parameter within 1e-5; the 2-rank checkpoint resumes at 1 rank."""
+    mp.start_processes(
+        _rank_main,
+        args=(2, _free_port(), str(model_dir), str(tmp_path), loss_agg_mode),
+        nprocs=2,
+        start_method="spawn",
+    )
+    got = torch.load(tmp_path / "result.pt", weights_only=True)
+    _, want_metrics, want_params = _update(model_dir, DistContext(), loss_agg_mode)
+    m = got["metrics"]
+    print(
+        f"{loss_agg_mode}: pg_loss {m['actor/pg_loss']:.8f} vs {want_metrics['actor/pg_loss']:.8f}, grad_norm "
+        f"{m['actor/grad_norm']:.8f} vs {want_metrics['actor/grad_norm']:.8f}"
+    )
+    for k in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/entropy", "actor/pg_clipfrac_upper"):
+        assert m[k] == pytest.approx(want_metrics[k], abs=1e-5), k
+    assert want_metrics["actor/ppo_kl"] != 0.0  # the second mini-batch really was off-policy
+    worst = max(float((got["params"][k] - v).abs().max()) for k, v in want_params.items())
+    print(f"largest parameter difference: {worst:.2e}")
+    assert set(got["params"]) == set(want_params) and worst < 1e-5
+
+    # the checkpoint the 2 ranks wrote (DCP shards + HF model/) loads into one process, optimizer state included
+    cfg, algo = _actor_cfg(loss_agg_mode)
+    one = Actor(str(tmp_path / "ckpt" / "model"), cfg, algo)
+    from_hf = {k: v.clone() for k, v in one.engine_weights()}
+    one.load(tmp_path / "ckpt")
+    assert all(torch.equal(from_hf[k], v) for k, v in one.engine_weights())
+    assert max(float((got["params"][k] - v).abs().max()) for k, v in one.engine_weights()) == 0.0
+    steps = {int(s["step"]) for s in one.optimizer.state_dict()["state"].values()}
+    assert steps == {2} and one.scheduler.last_epoch == 1  # two optimizer steps, one scheduler step
+
+
+def test_device_auto_is_the_cpu_here_and_cuda_is_a_clear_error():
+    from dapo_rl.config import ConfigError
+    from dapo_rl.distributed import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="trainer.device=cuda, but torch sees no CUDA device"):
+        resolve_device("cuda")
+
+
+def test_actor_and_batches_live_on_the_trainer_device(model_dir):
+    """Placement: parameters and optimizer state on the context's device, log-probs computed there."""
+    device = torch.device("cpu")
+    cfg, algo = _actor_cfg("token-mean")
+    actor = Actor(str(model_dir), cfg, algo, DistContext(device=device))
+    prompts, responses, adv, pad = _batch_lists()
+    batch = TrainBatch.build(prompts, responses, adv, torch.ones(N), pad)
+    assert all(p.device == device for p in actor.model.parameters())
+    logp, _ = actor.forward(batch.slice(torch.arange(2)))
+    assert logp.device == device and logp.dtype == torch.float32
+    actor.update(batch)
+    assert all(s["exp_avg"].device == device for s in actor.optimizer.state.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (bf16 FSDP2 mixed precision, NCCL)")
+def test_bf16_compute_with_fp32_weights_on_cuda(model_dir):
+    cfg, algo = _actor_cfg("token-mean")
+    cfg.autocast_dtype = "bfloat16"
+    actor = Actor(str(model_dir), cfg, algo, DistContext(device=torch.device("cuda", 0)))
+    prompts, responses, adv, pad = _batch_lists()
+    batch = TrainBatch.build(prompts, responses, adv, torch.ones(N), pad)
+    actor.update(batch)
+    assert all(p.dtype == torch.float32 and p.is_cuda for p in actor.model.parameters())
+    assert all(s["exp_avg"].dtype == torch.float32 for s in actor.optimizer.state.values())

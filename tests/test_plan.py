@@ -1,0 +1,174 @@
+"""`dapo plan`: every shipped recipe plans; hand-computed numbers; parameter counts checked against transformers."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+from dapo_rl.cli import main
+from dapo_rl.config import ConfigError, load_config
+from dapo_rl.plan import GIB, QWEN25_SHAPES, format_plan, plan_recipe, qwen2_param_counts
+
+CONFIGS = Path(__file__).resolve().parents[1] / "src" / "dapo_rl" / "configs"
+RECIPES = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+QWEN25_32B_PARAMS = 32_763_876_352  # Qwen2.5-32B, untied embeddings
+
+
+def _meta_counts(shape: dict) -> tuple[int, int]:
+    """(total, one decoder layer) of the transformers model built from `shape` on the meta device."""
+    fields = {k: v for k, v in shape.items() if k != "name"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**fields))
+    total = sum(p.numel() for p in model.parameters())
+    return total, sum(p.numel() for p in model.model.layers[0].parameters())
+
+
+def test_the_paper_recipes_are_shipped():
+    for name in ("dapo_qwen2.5_32b", "grpo_qwen2.5_32b", "dapo_qwen2.5_7b_math", "tiny_chain_sum"):
+        assert name in RECIPES
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_shipped_recipe_loads_and_plans(name, capsys):
+    load_config(name)
+    assert main(["plan", name]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"dapo plan: {name}")
+    assert "parameters" in out and "verdict" in out and " rank" in out
+
+
+def test_32b_recipe_numbers_by_hand():
+    plan = plan_recipe(load_config("dapo_qwen2.5_32b"))
+    hw, b, mem = plan["hardware"], plan["batch"], plan["memory"]
+    assert (hw["nnodes"], hw["ranks_per_node"], hw["world_size"], hw["device"]) == (16, 8, 128, "cuda")
+    assert b["optimizer_steps_per_step"] == 512 // 32 == 16
+    assert b["tokens_per_step"] == 512 * 16 * (2048 + 20480)
+    assert b["tokens_per_rank_per_step"] == 512 * 16 * (2048 + 20480) / 128
+    assert b["gen_prompts_per_rank"] == 1536 / 128 == 12
+    assert b["gen_sequences_per_rank"] == 12 * 16
+    assert b["train_prompts_per_rank"] == 4 and b["train_sequences_per_rank"] == 64
+    assert b["mini_batch_sequences_per_rank"] == 32 * 16 / 128 == 4
+    assert b["micro_batch_sequences"] == 1 and b["tokens_per_micro_batch"] == 22528
+    assert b["max_gen_rounds"] == 10
+    assert plan["model"]["num_params"] == QWEN25_32B_PARAMS
+    assert mem["params"] == QWEN25_32B_PARAMS * 4 // 128  # fp32 master weights
+    assert mem["grads"] == mem["params"]
+    assert mem["optimizer"] == QWEN25_32B_PARAMS * 8 // 128  # AdamW: two fp32 moments
+    assert mem["engine"] == int(0.8 * 80 * GIB)  # vLLM's share of an 80 GiB GPU
+    assert mem["rollout_phase"] == mem["states"] + mem["engine"]
+    assert mem["peak"] == max(mem["rollout_phase"], mem["update_phase"])
+    assert mem["fits"] is True
+    text = format_plan(plan)
+    assert "16 nodes x 8 GPUs = 128 ranks, device cuda" in text
+    assert "verdict   FITS 128 x 80 GiB GPUs" in text
+    assert "32,763,876,352 parameters" in text
+
+
+def test_grpo_recipe_is_table_1_first_row():
+    a, d = load_config("grpo_qwen2.5_32b"), load_config("dapo_qwen2.5_32b")
+    assert (a.algorithm.clip_ratio_low, a.algorithm.clip_ratio_high) == (0.2, 0.2)
+    assert a.algorithm.loss_agg_mode == "seq-mean-token-mean"
+    assert not a.algorithm.overlong_buffer.enable and not a.algorithm.filter_groups.enable
+    assert a.data.gen_batch_size == a.data.train_batch_size == 512
+    assert (a.model, a.rollout, a.actor, a.data.max_response_length) == (
+        d.model,
+        d.rollout,
+        d.actor,
+        d.data.max_response_length,
+    )
+
+
+def test_a_smaller_gpu_changes_the_verdict():
+    cfg = load_config("dapo_qwen2.5_32b")
+    assert plan_recipe(cfg, gpu_memory_gib=40)["memory"]["fits"] is False
+    assert "DOES NOT FIT" in format_plan(plan_recipe(cfg, gpu_memory_gib=40))
+
+
+@pytest.mark.parametrize("hint", sorted(QWEN25_SHAPES))
+def test_size_hint_counts_equal_transformers_on_meta(hint):
+    shape = QWEN25_SHAPES[hint]
+    total, layer = _meta_counts(shape)
+    counts = qwen2_param_counts(shape)
+    assert counts["total"] == total
+    assert counts["layer"] == layer
+    if hint == "32b":
+        assert total == QWEN25_32B_PARAMS
+
+
+def test_embedded_model_count_equals_the_built_model():
+    from dapo_rl.models.tiny import build_tiny_model
+
+    cfg = load_config("tiny_chain_sum")
+    s = cfg.sft
+    model = build_tiny_model(
+        hidden_size=s.hidden_size,
+        num_layers=s.num_layers,
+        num_heads=s.num_heads,
+        intermediate_size=s.intermediate_size,
+        max_position_embeddings=s.max_position_embeddings,
+    )
+    assert plan_recipe(cfg)["model"]["num_params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_config_json_is_read_exactly(tmp_path, capsys):
+    shape = {k: v for k, v in QWEN25_SHAPES["0.5b"].items() if k != "name"}
+    shape.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **shape}))
+    plan = plan_recipe(load_config("dapo_qwen2.5_0.5b_gsm8k", [f"model.path={tmp_path}"]))
+    assert plan["model"]["num_params"] == qwen2_param_counts(shape)["total"]
+    assert plan["model"]["num_layers"] == 2
+    assert "config.json" in plan["model"]["source"]
+    assert main(["plan", "dapo_qwen2.5_0.5b_gsm8k", f"model.path={tmp_path}"]) == 0
+    assert "built on the meta device" in capsys.readouterr().out
+
+
+def test_world_size_from_the_torchrun_shorthand():
+    plan = plan_recipe(load_config("dapo_qwen2.5_1.5b_math", ["trainer.nproc_per_node=4"]))
+    assert plan["hardware"]["world_size"] == 4
+    assert plan["batch"]["gen_prompts_per_rank"] == 192 / 4
+    assert plan["memory"]["params"] == -(-plan["model"]["num_params"] * 4 // 4)
+
+
+def test_context_overflow_is_a_warning():
+    plan = plan_recipe(load_config("dapo_qwen2.5_7b_math", ["data.max_response_length=8192"]))
+    assert any("max_position_embeddings 4,096" in w for w in plan["warnings"])
+
+
+def test_typo_override_exits_2_with_a_suggestion(capsys):
+    assert main(["plan", "dapo_qwen2.5_32b", "actor.lrr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean actor.lr" in err and "Traceback" not in err
+
+
+def test_unknown_recipe_exits_2_listing_the_recipes(capsys):
+    assert main(["plan", "no_such_recipe"]) == 2
+    err = capsys.readouterr().err
+    assert "no recipe named 'no_such_recipe'" in err and "dapo_qwen2.5_32b" in err
+    assert "Traceback" not in err
+
+
+def test_no_model_path_nor_size_hint_is_one_line(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model:\n  path: {tmp_path / 'absent'}\n")
+    assert main(["plan", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.path" in err and "model.size_hint" in err
+    with pytest.raises(ConfigError, match="model.size_hint='64b' is not one of"):
+        plan_recipe(load_config("dapo_qwen2.5_32b", ["model.size_hint=64b"]))
+
+
+def test_plans_a_vllm_recipe_where_vllm_is_absent(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    assert main(["plan", "dapo_qwen2.5_32b"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "vLLM engine" in out
+        and "vLLM is not installed; pip install vllm" in out
+        and "planned as written" in out
+    )
