@@ -12,7 +12,7 @@ import math
 import os
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -107,6 +107,10 @@ class Rollout:
             "response_length": self.response_length,
             "finish_reason": self.finish_reason,
         }
+
+    def light(self) -> Rollout:
+        """A copy without token ids, log-probs and text: what metrics read, cheap to send to another rank."""
+        return replace(self, prompt_ids=[], response_ids=[], logprobs=[], text="")
 
     @staticmethod
     def from_record(r: dict) -> Rollout:

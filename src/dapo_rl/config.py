@@ -562,6 +562,7 @@ def to_yaml(cfg: Config) -> str:
 
 
 HARMLESS_ON_RESUME: tuple[str, ...] = (
+    "trainer.output_dir",  # a run directory that was moved or copied
     "trainer.total_training_steps",
     "trainer.test_freq",
     "trainer.val_before_train",

@@ -122,7 +122,8 @@ class Trainer:
                 self.tokenizer,
                 max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
                 seed=cfg.trainer.seed,
-                dtype=cfg.model.dtype,
+                # the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do)
+                dtype="bfloat16" if cfg.actor.autocast_dtype == "bfloat16" else cfg.model.dtype,
                 trust_remote_code=cfg.model.trust_remote_code,
                 ctx=ctx,
             )
@@ -298,9 +299,7 @@ class Trainer:
             local = evaluate_dataset(
                 self.engine, ds, params, verify, only=mine, chunk_problems=max(len(ds), 1)
             )
-            for r in local:  # only what the metrics read crosses ranks
-                r.sample, r.prompt_ids, r.response_ids, r.logprobs, r.text = None, [], [], [], ""
-            records = [r for part in all_gather_objects(local, self.ctx) for r in part]
+            records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
             m = dataset_metrics(records, vk.n)
             out[f"val/{ds.name}/acc"] = m[f"avg@{vk.n}"]
             keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if vk.n > 1 else [f"avg@{vk.n}"]

@@ -136,8 +136,14 @@ def launch_ray(cfg: Config, resume: bool = False) -> int:
     if not ray.is_initialized():
         try:
             ray.init(address="auto", log_to_driver=True)
-        except ConnectionError:
-            ray.init(num_cpus=max(os.cpu_count() or 1, workers), log_to_driver=True)
+        except ConnectionError:  # no running cluster: start a local one
+            try:
+                ray.init(num_cpus=max(os.cpu_count() or 1, workers), log_to_driver=True)
+            except Exception as e:
+                raise ConfigError(
+                    f"trainer.launcher=ray: no running Ray cluster, and a local one did not start "
+                    f"({type(e).__name__}: {' '.join(str(e).split())[:300]})"
+                ) from e
     cfg = _absolute(cfg)
     run_dir = Path(cfg.trainer.output_dir)
     trainer = TorchTrainer(
