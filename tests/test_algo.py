@@ -432,3 +432,39 @@ def test_logprobs_from_logits_matches_log_softmax():
         logprobs_from_logits(logits, labels[:, :3])
     with pytest.raises(ValueError):
         logprobs_from_logits(logits, labels.float())
+
+
+def test_registries_select_estimators_and_losses_by_name():
+    from dapo_rl.algo import ADV_ESTIMATORS, get_adv_estimator, get_policy_loss, register_adv_est
+    from dapo_rl.config import ConfigError, load_config
+
+    assert get_policy_loss("vanilla") is compute_policy_loss
+    assert get_adv_estimator("grpo") is compute_grpo_advantages
+
+    @register_adv_est("test_rloo")
+    def rloo(scores, group_index, *, norm_adv_by_std_in_grpo=True):
+        """Leave-one-out baseline (RLOO) for groups of equal size."""
+        _, inv, counts = torch.unique(group_index, return_inverse=True, return_counts=True)
+        sums = torch.zeros(len(counts)).index_add_(0, inv, scores)
+        return scores - (sums[inv] - scores) / (counts[inv] - 1)
+
+    try:
+        assert load_config(None, ["algorithm.adv_estimator=test_rloo"]).algorithm.adv_estimator == "test_rloo"
+        adv = get_adv_estimator("test_rloo")(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0]))
+        assert adv.tolist() == [1.0, -0.5, -0.5]  # 1 - 0, 0 - 1/2, 0 - 1/2
+        with pytest.raises(ValueError, match="advantage estimator 'test_rloo' is already registered"):
+            register_adv_est("test_rloo")(rloo)
+    finally:
+        del ADV_ESTIMATORS["test_rloo"]
+    with pytest.raises(ConfigError, match="algorithm.policy_loss='gspo' is not one of vanilla"):
+        load_config(None, ["algorithm.policy_loss=gspo"])
+    with pytest.raises(ValueError, match="unknown policy loss 'gspo'; registered: vanilla"):
+        get_policy_loss("gspo")
+
+
+def test_dr_grpo_centres_without_dividing_by_the_std():
+    scores = torch.tensor([1.0, -1.0, -1.0, -1.0, 0.5, 0.5])
+    gidx = torch.tensor([0, 0, 0, 0, 1, 1])
+    adv = compute_grpo_advantages(scores, gidx, norm_adv_by_std_in_grpo=False)
+    assert adv.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.0, 0.0])  # mean -0.5; group 1 constant
+    assert compute_grpo_advantages(scores, gidx)[0] == pytest.approx(1.5 / 1.0)  # std of (1,-1,-1,-1) is 1

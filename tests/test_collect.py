@@ -77,14 +77,22 @@ def test_train_batch_advantages_and_the_split_over_two_ranks(parts):
     tok, engine, ds = parts
     cfg = _cfg("first_byte_parity")
     with RewardPool(cfg.reward.name, num_workers=0) as pool:
-        groups, _ = collect_batch(engine, Scorer(tok, pool, 6), EpochSampler(len(ds), seed=1), ds, cfg, step=1)
+        groups, _ = collect_batch(
+            engine, Scorer(tok, pool, 6), EpochSampler(len(ds), seed=1), ds, cfg, step=1
+        )
     one = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
     assert len(one) == 16 and one.minibatch.tolist() == [0] * 8 + [1] * 8  # 2 groups x 4 per optimizer step
     for g in range(4):  # GRPO: each group's advantages are centred and scaled to unit std
         a = one.advantages[4 * g : 4 * g + 4]
-        assert float(a.sum()) == pytest.approx(0.0, abs=1e-5) and float(a.std()) == pytest.approx(1.0, abs=1e-4)
-    halves = [make_train_batch(groups, cfg, tok.pad_token_id, 1, DistContext(rank=r, world_size=2)) for r in (0, 1)]
-    assert [len(h) for h in halves] == [8, 8] and all(h.minibatch.tolist() == [0] * 4 + [1] * 4 for h in halves)
+        assert float(a.sum()) == pytest.approx(0.0, abs=1e-5) and float(a.std()) == pytest.approx(
+            1.0, abs=1e-4
+        )
+    halves = [
+        make_train_batch(groups, cfg, tok.pad_token_id, 1, DistContext(rank=r, world_size=2)) for r in (0, 1)
+    ]
+    assert [len(h) for h in halves] == [8, 8] and all(
+        h.minibatch.tolist() == [0] * 4 + [1] * 4 for h in halves
+    )
     got = sorted(float(a) for h in halves for a in h.advantages)
     assert got == pytest.approx(sorted(float(a) for a in one.advantages))
     assert sum(float(h.response_mask.sum()) for h in halves) == float(one.response_mask.sum())
@@ -95,7 +103,9 @@ def test_nothing_to_keep_stops_with_the_message_or_trains_on_a_partial_batch(par
     with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         cfg = _cfg("always_wrong", "algorithm.filter_groups.max_num_gen_batches=2")
-        with pytest.raises(DynamicSamplingExhausted, match="kept 0 of the 4 prompt groups a step needs after 2"):
+        with pytest.raises(
+            DynamicSamplingExhausted, match="kept 0 of the 4 prompt groups a step needs after 2"
+        ):
             collect_batch(engine, scorer, EpochSampler(len(ds)), ds, cfg, step=1)
         cfg = _cfg("always_wrong", "algorithm.filter_groups.enable=false")
         groups, stats = collect_batch(engine, scorer, EpochSampler(len(ds)), ds, cfg, step=1)

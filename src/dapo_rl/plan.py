@@ -81,17 +81,6 @@ QWEN25_SHAPES: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "max_position_embeddings": 131072,
     },
-    "7b-math": {
-        "name": "Qwen2.5-Math-7B",
-        "vocab_size": 152064,
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "tie_word_embeddings": False,
-        "max_position_embeddings": 4096,
-    },
     "32b": {
         "name": "Qwen2.5-32B",
         "vocab_size": 152064,
@@ -105,6 +94,8 @@ QWEN25_SHAPES: dict[str, dict[str, Any]] = {
     },
 }
 """`model.size_hint` -> Qwen2.5 config.json fields (plus a display `name`)."""
+# Qwen2.5-Math-7B: the 7B shape with a 4,096-token context
+QWEN25_SHAPES["7b-math"] = {**QWEN25_SHAPES["7b"], "name": "Qwen2.5-Math-7B", "max_position_embeddings": 4096}
 
 EMBEDDED_VOCAB_SIZE = 258
 """The embedded tiny model's vocabulary: 256 bytes, `<|endoftext|>`, `<|pad|>` (`dapo_rl.models.tiny`)."""

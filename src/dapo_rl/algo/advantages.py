@@ -14,41 +14,18 @@ from collections.abc import Callable
 
 import torch
 
+from dapo_rl.algo.registry import Registry
+
 __all__ = ["ADV_ESTIMATORS", "compute_grpo_advantages", "get_adv_estimator", "register_adv_est"]
 
 AdvEstimator = Callable[..., torch.Tensor]
-ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
+ADV_ESTIMATORS: Registry[AdvEstimator] = Registry("advantage estimator")
 """Advantage estimators by name (`algorithm.adv_estimator`). Each takes `(scores (B,), group_index (B,), *,
 norm_adv_by_std_in_grpo: bool)` and returns `(B,)` advantages (verl's `register_adv_est` idea)."""
-
-
-def register_adv_est(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
-    """Decorator: make an estimator selectable as `algorithm.adv_estimator=<name>`.
-
-    Raises:
-        ValueError: `name` is taken.
-    """
-
-    def deco(fn: AdvEstimator) -> AdvEstimator:
-        if name in ADV_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADV_ESTIMATORS[name] = fn
-        return fn
-
-    return deco
-
-
-def get_adv_estimator(name: str) -> AdvEstimator:
-    """The estimator registered as `name`.
-
-    Raises:
-        ValueError: unknown name (the message lists the registered ones).
-    """
-    if name not in ADV_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(ADV_ESTIMATORS))}"
-        )
-    return ADV_ESTIMATORS[name]
+register_adv_est = ADV_ESTIMATORS.register
+"""Decorator: `@register_adv_est("name")` makes an estimator selectable as `algorithm.adv_estimator=name`."""
+get_adv_estimator = ADV_ESTIMATORS.lookup
+"""The estimator registered under a name (ValueError for an unknown one)."""
 
 
 def _check_group_index(group_index: torch.Tensor, batch_size: int, what: str) -> None:

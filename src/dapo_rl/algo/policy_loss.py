@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from dapo_rl.algo.masked import masked_mean, masked_sum
+from dapo_rl.algo.registry import Registry
 
 __all__ = [
     "LOSS_AGG_MODES",
@@ -38,37 +39,13 @@ __all__ = [
 ]
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
-"""Policy losses by name (`algorithm.policy_loss`), with ``compute_policy_loss``'s signature (verl's
-`register_policy_loss` idea)."""
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator: make a loss selectable as `algorithm.policy_loss=<name>`. It is called as
-    ``compute_policy_loss`` is and returns ``(loss, stats)`` with the same stats keys.
-
-    Raises:
-        ValueError: `name` is taken.
-    """
-
-    def deco(fn: PolicyLoss) -> PolicyLoss:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return deco
-
-
-def get_policy_loss(name: str) -> PolicyLoss:
-    """The loss registered as `name`.
-
-    Raises:
-        ValueError: unknown name (the message lists the registered ones).
-    """
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}")
-    return POLICY_LOSSES[name]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+"""Policy losses by name (`algorithm.policy_loss`), called as ``compute_policy_loss`` is and returning
+``(loss, stats)`` with its stats keys (verl's `register_policy_loss` idea)."""
+register_policy_loss = POLICY_LOSSES.register
+"""Decorator: `@register_policy_loss("name")` makes a loss selectable as `algorithm.policy_loss=name`."""
+get_policy_loss = POLICY_LOSSES.lookup
+"""The loss registered under a name (ValueError for an unknown one)."""
 
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
