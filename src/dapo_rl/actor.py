@@ -446,7 +446,7 @@ class Actor:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
         del full
-        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"))
+        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore model, optimizer and scheduler from `save`'s `dcp/` (at any world size; a collective).
@@ -464,7 +464,7 @@ class Actor:
                 f"(its {path / 'model'} still loads as a model: start a new run with model.path set to it)"
             )
         state = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
         )
