@@ -1,8 +1,9 @@
-"""The `dapo` command: `dapo train`, `dapo sft`, `dapo score`, `dapo plot`.
+"""The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
-steps in a row had a non-finite loss or gradient.
+steps in a row had a non-finite loss or gradient; under several processes, 128 + N when a rank was killed by signal
+N, or a rank's own non-zero code.
 """
 
 from __future__ import annotations
