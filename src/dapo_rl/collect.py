@@ -160,6 +160,8 @@ class Scorer:
         max_response_length: L_max of Eq. 13 (tokens).
         overlong: the overlong buffer (Eq. 13), or None for none.
         repetition: MiroMind-M1's repetition penalty, or None for none.
+        log: where the first verifier error of the run is reported (once; later ones only count in
+            `reward/error_rate`), or None.
     """
 
     tokenizer: object
@@ -167,6 +169,8 @@ class Scorer:
     max_response_length: int = 0
     overlong: OverlongBufferConfig | None = None
     repetition: RepetitionPenaltyConfig | None = None
+    log: Callable[[str], None] | None = None
+    _reported: bool = False
 
     def __call__(self, rollouts: Sequence[Rollout]) -> None:
         """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
@@ -186,6 +190,12 @@ class Scorer:
             )
             r.status = "timeout" if res.get("timeout") else "error" if "error" in res else "ok"
             r.reward = r.score
+            if r.status == "error" and self.log is not None and not self._reported:
+                self._reported = True
+                self.log(
+                    f"reward: a response could not be scored and counts as wrong ({res['error']}); further errors "
+                    "are only counted in reward/error_rate"
+                )
         if self.overlong is not None and self.overlong.enable:
             pen = overlong_penalty(
                 torch.tensor([r.response_length for r in rollouts]),

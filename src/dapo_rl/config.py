@@ -522,6 +522,12 @@ def validate_config(cfg: Config) -> None:
     ):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
+    if a.adv_estimator == "grpo" and r.n < 2:
+        raise ConfigError(
+            f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
+            "responses to one prompt with each other, so a group of one has advantage 0 and the run would learn "
+            "nothing; use rollout.n >= 2 (DAPO: 16)"
+        )
     if d.gen_batch_size < d.train_batch_size:
         raise ConfigError(
             f"data.gen_batch_size={d.gen_batch_size} must be >= data.train_batch_size={d.train_batch_size}: one "

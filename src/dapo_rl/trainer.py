@@ -136,6 +136,7 @@ class Trainer:
             cfg.data.max_response_length,
             cfg.algorithm.overlong_buffer,
             cfg.reward.repetition_penalty,
+            log=self.log,
         )
         if ckpt is not None:
             self._resume_from(ckpt)

@@ -51,8 +51,10 @@ def compute_grpo_advantages(
     ``A_i = (R_i - mean_g) / (std_g + eps)`` where ``g`` is the group of sample ``i`` (the responses to one prompt),
     ``mean_g`` its mean score and ``std_g`` its unbiased standard deviation (``torch.std``, correction=1).
 
-    - A group whose scores are all equal gets advantage 0 for every member (0 / (0 + eps)): no learning signal,
-      which is why DAPO's dynamic sampling (``filter_groups``) drops such groups.
+    - A group whose scores are all equal gets exactly 0 for every member, whatever the score value and group size
+      (the zero-variance case is detected, not left to ``0 / (0 + eps)``, where a float residue of the mean would
+      be blown up): no learning signal, which is why DAPO's dynamic sampling (``filter_groups``) drops such groups.
+      The statistics are computed in float64.
     - A group of size one gets 0 (its std is undefined). Note: verl uses mean 0 and std 1 for a lone sample, i.e.
       ``A = R / (1 + eps)``; here a lone sample carries no relative information, so it gets none.
 
@@ -78,25 +80,26 @@ def compute_grpo_advantages(
     if scores.dim() != 1:
         raise ValueError(f"scores must have shape (B,), got {tuple(scores.shape)}")
     _check_group_index(group_index, scores.shape[0], "scores")
-    if not scores.dtype.is_floating_point:
-        scores = scores.to(torch.float32)
+    out_dtype = scores.dtype if scores.dtype.is_floating_point else torch.float32
+    scores = scores.to(torch.float64)  # the statistics in float64; the result in the input's dtype
 
     # group[i] in [0, num_groups): dense id of sample i's group; group_size[g]: number of samples in group g.
     _, group, group_size = torch.unique(group_index, return_inverse=True, return_counts=True)
     num_groups = group_size.shape[0]
     group_size = group_size.to(scores.dtype)
+    empty = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device)
 
     # mean_g = (1 / G) * sum_{i in g} R_i
-    group_sum = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, group, scores)
-    group_mean = group_sum / group_size
+    group_mean = empty.index_add(0, group, scores) / group_size
 
     # std_g = sqrt( sum_{i in g} (R_i - mean_g)^2 / (G - 1) )   (unbiased, as torch.std)
     deviation = scores - group_mean[group]
-    group_sq_dev = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(
-        0, group, deviation**2
-    )
-    group_std = torch.sqrt(group_sq_dev / (group_size - 1).clamp(min=1))
+    group_std = torch.sqrt(empty.index_add(0, group, deviation**2) / (group_size - 1).clamp(min=1))
 
     advantages = deviation / (group_std[group] + eps) if norm_adv_by_std_in_grpo else deviation
-    # A group of one has no spread to normalise by: advantage 0.
-    return torch.where(group_size[group] > 1, advantages, torch.zeros_like(advantages))
+    # A group whose scores are all equal (a group of one included) carries no relative information: exactly 0,
+    # not the rounding residue of its mean divided by eps.
+    group_max = empty.scatter_reduce(0, group, scores, reduce="amax", include_self=False)
+    group_min = empty.scatter_reduce(0, group, scores, reduce="amin", include_self=False)
+    constant = (group_max == group_min)[group]
+    return torch.where(constant, torch.zeros_like(advantages), advantages).to(out_dtype)

@@ -6,6 +6,9 @@ so a function written for verl can stand where ours stands and the other way rou
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from numbers import Real
 from typing import TypedDict
 
 WRONG_SCORE = -1.0
@@ -44,3 +47,22 @@ def error_result(exc: BaseException) -> ScoreResult:
         ``{"score": -1.0, "acc": False, "pred": "", "error": "<ExceptionType: message>"}``.
     """
     return {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def checked_result(res: Mapping) -> ScoreResult:
+    """A verifier's result with its score as a finite float.
+
+    Args:
+        res: what the verifier returned (`score`, `acc`, `pred`, optional `error`).
+
+    Returns:
+        `res` as a dict, `score` cast to float.
+
+    Raises:
+        ValueError: the score is missing, not a number, NaN or infinite (the caller turns it into an error result,
+            so it counts in `reward/error_rate` instead of poisoning a group's advantages).
+    """
+    score = res.get("score")
+    if isinstance(score, str) or not isinstance(score, Real) or not math.isfinite(float(score)):
+        raise ValueError(f"the verifier returned a score that is not a finite number: {score!r}")
+    return {**res, "score": float(score)}  # type: ignore[typeddict-item]

@@ -22,7 +22,7 @@ from typing import Any
 
 from dapo_rl.reward.math_dapo import compute_score_math_dapo
 from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
-from dapo_rl.reward.result import ScoreResult, error_result
+from dapo_rl.reward.result import ScoreResult, checked_result, error_result
 
 REASONING_GYM_PREFIX = "reasoning_gym/"
 """``data_source`` prefix of reasoning-gym rows; the rest is the task: ``"reasoning_gym/chain_sum"``."""
@@ -137,7 +137,8 @@ def compute_score(
 
     Returns:
         ``{"score": float, "acc": bool, "pred": str}`` on DAPO's ±1 scale, plus ``"error"`` only when scoring
-        failed. Never raises on model output.
+        failed: the verifier raised, or returned a score that is not a finite number (NaN, inf, a string), which
+        scores -1 like any error. Never raises on model output.
 
     Source: the signature of a verl custom reward function (``compute_score(data_source, solution_str,
     ground_truth, extra_info)``), so verl recipes can point at this function.
@@ -151,7 +152,9 @@ def compute_score(
             else:
                 fn = _math
         if getattr(fn, "accepts_data_source", False):
-            return fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s, data_source=source)
-        return fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s)
+            res = fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s, data_source=source)
+        else:
+            res = fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s)
+        return checked_result(res)
     except Exception as e:  # a verifier must never take training down
         return error_result(e)
