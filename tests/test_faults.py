@@ -112,3 +112,53 @@ def test_the_first_scoring_error_of_a_run_is_logged_once():
         "reward: a response could not be scored and counts as wrong (ValueError: the verifier returned a score "
         "that is not a finite number: nan); further errors are only counted in reward/error_rate"
     ]
+
+
+# ------------------------------------------------------------------------------- maj@k pools equivalent answers
+def _problem(pid: int, responses: list[str], gold: str):
+    from dapo_rl.collect import Rollout
+    from dapo_rl.data import Sample
+
+    sample = Sample(f"p:{pid}", "math", [{"role": "user", "content": "?"}], gold)
+    return [Rollout(sample, pid, j, text=t) for j, t in enumerate(responses)]
+
+
+def _maj(groups, n):
+    """Score with the real `math` verifier through the pool, pool the votes, return the dataset metrics."""
+    from dapo_rl.evaluate import dataset_metrics, pool_equivalent_answers
+
+    with RewardPool("math", num_workers=1, timeout_s=5.0) as pool:
+        rollouts = [r for g in groups for r in g]
+        for r, res in zip(
+            rollouts, pool.score([("math", r.text, r.sample.ground_truth, None) for r in rollouts])
+        ):
+            r.acc, r.pred = bool(res["acc"]), str(res["pred"])
+        pool_equivalent_answers(groups, pool)
+    return dataset_metrics(rollouts, n)
+
+
+def test_maj_at_k_pools_the_forms_of_one_answer():
+    forms = [r"\boxed{\frac{1}{2}}", r"\boxed{0.5}", r"\boxed{3}", r"\boxed{1/2}", r"\boxed{3}"]
+    g = _problem(0, forms, "1/2")
+    m = _maj([g], 5)
+    assert [r.acc for r in g] == [True, True, False, True, False]
+    assert m["maj@5"] == 1.0  # 1/2 three times against 3 twice (was 0: "3" won 2 to 1 on strings)
+    assert m["maj@1"] == 1.0 and m["maj@2"] == 1.0  # \frac{1}{2} and 0.5 already pool at k = 2
+    assert [r.vote for r in g] == [r"\frac{1}{2}", r"\frac{1}{2}", "3", r"\frac{1}{2}", "3"]
+
+
+def test_maj_at_k_pooling_siblings_wrong_majority_and_ties():
+    # a wrong answer in three forms beats the right one twice; invalid answers do not vote
+    wrong = _problem(
+        0,
+        [r"\boxed{2/3}", "Answer: 7", r"\boxed{\dfrac{2}{3}}", "", "Answer: 7", r"\boxed{4/6}"],
+        "7",
+    )
+    # a tie between pooled clusters goes to the cluster seen first: 0.25 (x2 via 1/4) vs 5 (x2)
+    tie = _problem(
+        1, [r"\boxed{5}", r"\boxed{0.25}", r"\boxed{5}", r"\boxed{\frac14}", "Answer: 9", "Answer: 9"], "1/4"
+    )
+    m = _maj([wrong, tie], 6)
+    assert m["maj@6"] == 0.0  # problem 0: 2/3 wins 3-2; problem 1: 5 (seen first) ties 1/4 and 9
+    assert m["maj@4"] == 0.0  # problem 0: 2/3 (2) vs 7 (1); problem 1: 5 and 1/4 tie, 5 first
+    assert {r.vote for r in wrong if r.vote} == {"2/3", "7"} and wrong[3].vote == ""

@@ -67,6 +67,8 @@ class Rollout:
         status: `ok`, `error` (the verifier raised) or `timeout` (it was killed).
         reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
         response_length: tokens in the response (kept when a record is read back without its token ids).
+        vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
+            equivalent to `pred` (`dapo_rl.evaluate.pool_equivalent_answers`); empty: `pred` itself.
     """
 
     sample: Sample
@@ -83,6 +85,7 @@ class Rollout:
     status: str = "ok"
     reward: float = 0.0
     response_length: int = -1
+    vote: str = ""
 
     def __post_init__(self):
         if self.response_length < 0:
@@ -106,6 +109,7 @@ class Rollout:
             "ground_truth": self.sample.ground_truth,
             "response_length": self.response_length,
             "finish_reason": self.finish_reason,
+            "vote": self.vote,
         }
 
     def light(self) -> Rollout:
@@ -132,6 +136,7 @@ class Rollout:
             pred=str(r["pred"]),
             reward=float(r["score"]),
             response_length=int(r["response_length"]),
+            vote=str(r.get("vote", "")),
         )
 
 

@@ -5,7 +5,8 @@ AIME and avg@5 on MATH-500. For each problem with n sampled responses, c of them
 
     avg@n  = mean over problems of c / n                                  (mean accuracy over all samples)
     pass@k = mean over problems of 1 - C(n - c, k) / C(n, k)              (Chen et al. 2021, unbiased, k <= n)
-    maj@k  = mean over problems of acc(most frequent answer among the first k samples)
+    maj@k  = mean over problems of acc(most frequent answer among the first k samples), answers the verifier judges
+             equivalent counted as one (`pool_equivalent_answers`)
 """
 
 from __future__ import annotations
@@ -57,6 +58,53 @@ def majority_vote(preds: Sequence[str], accs: Sequence[bool]) -> bool:
     return bool(next(a for p, a in valid if p == winner))
 
 
+def _votes(pred: str) -> bool:
+    return bool(pred) and pred != "[INVALID]"
+
+
+def pool_equivalent_answers(groups: Sequence[Sequence[Rollout]], pool) -> None:
+    """Set each rollout's `vote` so that maj@k counts answers the verifier judges equivalent as one (`1/2`,
+    `0.5` and `\\frac{1}{2}` pool their votes instead of losing to two copies of `3`).
+
+    Within each problem the distinct answers are clustered greedily in order of first appearance: an answer joins
+    the first cluster whose representative (its first answer) the verifier accepts it against, scored as the
+    response `Answer: <answer>` with the representative as the ground truth, through the reward pool, so every
+    comparison is bounded by `reward.timeout_s` (a timeout or error keeps the answers apart). Identical strings
+    pool without a call; empty and `[INVALID]` answers do not vote. One pool call per round of comparisons,
+    across all problems.
+
+    Args:
+        groups: the rollouts of each problem (scored: `pred` set).
+        pool: `dapo_rl.reward.pool.RewardPool` of the evaluation's verifier.
+    """
+    todo = []  # per problem: (distinct answers in order, data_source, representatives found so far)
+    for g in groups:
+        distinct = list(dict.fromkeys(r.pred for r in g if _votes(r.pred)))
+        todo.append((distinct, g[0].sample.data_source if g else "", []))
+    rep_of: list[dict[str, str]] = [{} for _ in groups]
+    for step in range(max((len(d) for d, _, _ in todo), default=0)):
+        items, owners = [], []
+        for gi, (distinct, source, reps) in enumerate(todo):
+            if step < len(distinct):
+                for rep in reps:
+                    items.append((source, f"Answer: {distinct[step]}", rep, None))
+                    owners.append((gi, rep))
+        results = pool.score(items) if items else []
+        matched: dict[int, str] = {}
+        for (gi, rep), res in zip(owners, results):
+            if res["acc"] and gi not in matched:  # the first representative that accepts it
+                matched[gi] = rep
+        for gi, (distinct, _, reps) in enumerate(todo):
+            if step < len(distinct):
+                answer = distinct[step]
+                rep_of[gi][answer] = matched.get(gi, answer)
+                if gi not in matched:
+                    reps.append(answer)
+    for g, reps in zip(groups, rep_of):
+        for r in g:
+            r.vote = reps.get(r.pred, "")
+
+
 def ks_up_to(n: int) -> list[int]:
     """1, 2, 4, ... up to n, and n itself."""
     ks = [1 << i for i in range(int(math.log2(n)) + 1)] if n >= 1 else []
@@ -94,7 +142,7 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
         out[f"maj@{k}"] = float(
             np.mean(
                 [
-                    majority_vote([r.pred for r in rs[:k]], [r.acc for r in rs[:k]])
+                    majority_vote([r.vote or r.pred for r in rs[:k]], [r.acc for r in rs[:k]])
                     for rs in by_problem.values()
                 ]
             )
@@ -217,8 +265,11 @@ def evaluate_dataset(
         if not idx:
             continue
         p = replace(params, seed=None if params.seed is None else params.seed + c)
-        new = [r for g in sample_groups(engine, ds, idx, p) for r in g]
+        groups = sample_groups(engine, ds, idx, p)
+        new = [r for g in groups for r in g]
         scorer(new)
+        if params.n > 1:
+            pool_equivalent_answers(groups, scorer.pool)
         if on_records is not None:
             on_records(new)
         records.extend(new)
