@@ -174,10 +174,18 @@ def _train(cfg, args, argv: list[str]) -> int:
 
         return launch_ray(cfg, resume=args.resume)
     if t.nproc_per_node > 1:
+        from dapo_rl.config import ConfigError
+        from dapo_rl.distributed import DistContext
         from dapo_rl.distributed.env import resolve_device
         from dapo_rl.distributed.launch import launch_torchrun
+        from dapo_rl.rollout import check_engine
 
-        resolve_device(t.device)  # a one-line error here rather than one per rank
+        # one-line errors here rather than one per rank
+        ranks = DistContext(world_size=t.nproc_per_node, device=resolve_device(t.device))
+        try:
+            check_engine(cfg.rollout, ranks)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
         if cfg.model.path == "embedded":  # build the base model once, before the ranks start
             from dapo_rl.sft import ensure_embedded_model
 

@@ -41,6 +41,9 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # as torchrun does: the ranks share the machine's cores instead of each taking all of them
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
+
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -56,10 +59,11 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
         elastic_launch(config, entrypoint=sys.executable)("-m", "dapo_rl.cli", *argv)
     except ChildFailedError as e:
         failures = sorted(e.failures.items(), key=lambda kv: kv[1].timestamp)
-        codes = {f.exitcode for _, f in failures}
         rank, first = failures[0]
-        if len(codes) == 1 and first.exitcode in (2, 3, 4) and len(failures) == nproc_per_node:
-            return first.exitcode  # every rank stopped alike; rank 0 printed why
+        if first.exitcode in (2, 3, 4):
+            return (
+                first.exitcode
+            )  # a configuration error, exhausted sampling or divergence: the rank said why
         # the launcher stops the surviving ranks with SIGTERM: report only the ranks that failed by themselves
         own = [(r, f) for r, f in failures if (r, f) == (rank, first) or f.exitcode != -signal.SIGTERM]
         what = "; ".join(_rank_failure_message(r, f.exitcode) for r, f in own)
