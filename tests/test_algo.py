@@ -467,4 +467,6 @@ def test_dr_grpo_centres_without_dividing_by_the_std():
     gidx = torch.tensor([0, 0, 0, 0, 1, 1])
     adv = compute_grpo_advantages(scores, gidx, norm_adv_by_std_in_grpo=False)
     assert adv.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5, 0.0, 0.0])  # mean -0.5; group 1 constant
-    assert compute_grpo_advantages(scores, gidx)[0] == pytest.approx(1.5 / (1.0 + 1e-6))  # std of (1,-1,-1,-1) is 1
+    assert compute_grpo_advantages(scores, gidx)[0] == pytest.approx(
+        1.5 / (1.0 + 1e-6)
+    )  # std of (1,-1,-1,-1) is 1

@@ -101,3 +101,15 @@ def test_a_list_setting_given_without_brackets_says_how_to_write_it():
     with pytest.raises(ConfigError, match=r"data.train_files.*key=\[a,b\]") as e:
         load_config(None, ["data.train_files=/x.jsonl"])
     assert "\n" not in str(e.value)
+
+
+def test_a_misspelt_recipe_name_suggests_the_close_one():
+    with pytest.raises(ConfigError) as e:
+        load_config("dapo_qwen2.5_32bb", [])
+    msg = str(e.value)
+    assert msg.startswith(
+        "no recipe named 'dapo_qwen2.5_32bb' (did you mean dapo_qwen2.5_32b?); shipped recipes:"
+    )
+    assert "key=value" not in msg
+    with pytest.raises(ConfigError, match=r"no recipe named 'rollout.n'; shipped .* write it as key=value"):
+        load_config("rollout.n", [])

@@ -338,7 +338,9 @@ def recipe_path(name: str) -> Path:
     path = Path(str(root / f"{name}.yaml"))
     if not path.is_file():
         known = sorted(p.stem for p in Path(str(root)).glob("*.yaml"))
-        raise ConfigError(f"no recipe named {name!r}; shipped recipes: {', '.join(known)}")
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"no recipe named {name!r}{hint}; shipped recipes: {', '.join(known)}")
     return path
 
 
@@ -420,7 +422,7 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
         try:
             path = recipe_path(str(recipe))
         except ConfigError as e:
-            if "." in str(recipe):  # `dapo train rollout.n 8`: an override without its `=`
+            if "." in str(recipe) and "did you mean" not in str(e):  # `dapo train rollout.n 8`: no `=`
                 raise ConfigError(
                     f"{e}. If {recipe!r} is a setting, write it as key=value (e.g. {recipe}=...)"
                 ) from e
