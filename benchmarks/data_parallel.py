@@ -50,7 +50,12 @@ def main() -> None:
     root = Path(args.out)
     if root.exists():
         raise SystemExit(f"{root} exists; remove it or pass --out")
-    subprocess.run([sys.executable, "-m", "dapo_rl.cli", "sft", *args.overrides], check=True)  # cached: no-op
+    from dapo_rl.config import load_config
+    from dapo_rl.sft import ensure_embedded_model
+
+    cfg = load_config(None, args.overrides)
+    if cfg.model.path == "embedded":  # build (or find cached) the base model before timing anything
+        ensure_embedded_model(cfg.sft)
     results = [run(root / f"nproc{n}", args.overrides, n) for n in (1, args.nproc)]
     print(f"{'ranks':>5} {'wall s':>9} {'median step s':>14} {'val acc first -> last':>28}")
     for r in results:
