@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from dapo_rl.actor import TrainBatch
-from dapo_rl.algo import filter_groups, get_adv_estimator, overlong_penalty
+from dapo_rl.algo import get_adv_estimator, kept_group_ids, overlong_penalty
 from dapo_rl.config import Config, OverlongBufferConfig, RepetitionPenaltyConfig
 from dapo_rl.data import EpochSampler, PromptDataset, Sample
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, shard_minibatches
@@ -310,9 +310,8 @@ def collect_batch(
             gidx = torch.repeat_interleave(
                 torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
             )
-            keep_sample = filter_groups(metric, gidx)
-            first = torch.tensor([0] + [len(g.rollouts) for g in groups[:-1]]).cumsum(0)
-            kept.extend(g for g, k in zip(groups, keep_sample[first].tolist()) if k)
+            keep = set(kept_group_ids(metric, gidx).tolist())
+            kept.extend(g for i, g in enumerate(groups) if i in keep)
         else:
             kept.extend(groups)
         total_kept = int(all_reduce([len(kept)], ctx)[0])
