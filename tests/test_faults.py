@@ -162,3 +162,112 @@ def test_maj_at_k_pooling_siblings_wrong_majority_and_ties():
     assert m["maj@6"] == 0.0  # problem 0: 2/3 wins 3-2; problem 1: 5 (seen first) ties 1/4 and 9
     assert m["maj@4"] == 0.0  # problem 0: 2/3 (2) vs 7 (1); problem 1: 5 and 1/4 tie, 5 first
     assert {r.vote for r in wrong if r.vote} == {"2/3", "7"} and wrong[3].vote == ""
+
+
+# ------------------------------------------------------------------------------- math verifier: real cases
+_PROSE = "We set up the equation from the problem statement and simplify each side carefully. " * 3
+
+
+def _acc(response: str, gold: str) -> bool:
+    from dapo_rl.reward.math_verifier import compute_score_math
+
+    result = compute_score_math(response, gold)
+    assert "error" not in result, result
+    return bool(result["acc"])
+
+
+@pytest.mark.parametrize(
+    "response, gold",
+    [
+        # the cases: values that differ below Math-Verify's absolute rounding (6 places)
+        (r"\boxed{\frac{1}{2^{98}}}", r"\frac{1}{2^{99}}"),
+        (r"\boxed{\frac{1}{3 \cdot 2^{2006}}}", r"\frac{2^{2005}+1}{3 \cdot 2^{2006}}"),
+        (r"\boxed{0.0000001}", "0.0000002"),
+        # siblings: tiny and huge exact values, a tiny value against 0, a tuple, a decimal in an expression
+        (r"\boxed{10^{-7}}", r"2 \cdot 10^{-7}"),
+        (r"\boxed{2^{100}+1}", r"2^{100}"),
+        (r"\boxed{\frac{1}{10^{9}}}", "0"),
+        (r"\boxed{0.0000001}", "0"),
+        (r"\boxed{(\frac{1}{2^{98}}, 1)}", r"(\frac{1}{2^{99}}, 1)"),
+        (r"\boxed{0.5 \cdot 10^{-8}}", r"10^{-8}"),
+        # decimals: too few digits, or not the exact value correctly rounded
+        (r"\boxed{0.33}", r"\frac{1}{3}"),
+        (r"\boxed{1000000.5}", "1000000"),
+        (r"\boxed{0.3333333}", "0.333333"),  # two decimals as written compare exactly
+        # sequences with an ellipsis: element by element, not with the dots dropped
+        (r"\boxed{1, 3, 5, \ldots, 2n-1}", r"1, 2, \ldots, n"),
+        (r"\boxed{1, 2, \ldots, n}", r"1, 2, \ldots, n-1"),
+        (r"\boxed{2, 4, \dots, 2n}", r"2, 4, 6, \dots, 2n"),
+        (r"\boxed{1, 2, \ldots, n}", "n"),
+        # an inequality against an interval of other openness
+        (r"\boxed{-2 < x < 5}", "[-2, 5)"),
+    ],
+)
+def test_math_verifier_false_positives_are_wrong(response, gold):
+    assert _acc(response, gold) is False
+
+
+@pytest.mark.parametrize(
+    "response, gold",
+    [
+        # decimals that are the exact value correctly rounded, to 6+ significant digits
+        (r"\boxed{0.0833333333333333}", r"\frac{1}{12}"),
+        (r"\boxed{0.333333}", r"\frac{1}{3}"),
+        (r"\boxed{0.142857}", r"\frac{1}{7}"),
+        (r"\boxed{3.14159}", r"\pi"),
+        (r"\boxed{0.707107}", r"\frac{\sqrt{2}}{2}"),
+        (r"\boxed{\frac{1}{2^{99}}}", r"2^{-99}"),
+        (r"\boxed{2\sqrt{2}}", r"\sqrt{8}"),
+        (r"\boxed{1.5 \cdot 10^{-7}}", r"\frac{3}{2 \cdot 10^{7}}"),
+        # sequences with an ellipsis, written with other dots or other forms of the elements
+        (r"\boxed{1, 2, \ldots, n}", r"1,2,\dots,n"),
+        (r"\boxed{2, 4, \cdots, 2n}", r"2, 4, \ldots, 2n"),
+        (r"\boxed{\frac12, \frac14, \ldots}", r"0.5, 0.25, \ldots"),
+        # mixed numbers: one reading, whole + proper fraction, on every path
+        (r"\boxed{1 1/4}", "5/4"),
+        (r"\boxed{1 1/4}", "1.25"),
+        (r"\boxed{2 \frac{1}{4}}", "9/4"),
+        (r"\boxed{2\frac{1}{4}}", "2.25"),
+        (r"\boxed{-3 1/2}", "-3.5"),
+        ("Answer: 2 1/2", r"\frac{5}{2}"),
+        (_PROSE + "So the recipe needs 1 1/4 cups of flour.", "5/4"),
+        # an inequality and the interval it describes, both ways round
+        (r"\boxed{0 < x < 12.5}", "(0, 12.5)"),
+        (r"\boxed{(0, 12.5)}", "0 < x < 12.5"),
+        (r"\boxed{x \ge 3}", r"[3, \infty)"),
+        (r"\boxed{-2 \le x < 5}", "[-2, 5)"),
+        # TeX thousands separators in the prose fallback
+        (_PROSE + "The answer is $9{,}500.", "9500"),
+        (_PROSE + "So in total 12{,}345 people came.", "12345"),
+        (_PROSE + r"The total is $1\,250$ dollars.", "1250"),
+        # GSM8K's "#### N" is an answer marker, even with a sentence after it
+        (_PROSE + "#### 42\nI double-checked this with 2 different methods.", "42"),
+        (_PROSE + "#### $1,234\nThat is 3 times what she had.", "1234"),
+        ("#### 7", "7"),
+    ],
+)
+def test_math_verifier_false_negatives_are_right(response, gold):
+    assert _acc(response, gold) is True
+
+
+def test_gsm8k_marker_is_not_a_markdown_heading():
+    # "#### 1. Find the area" is a heading, not an answer: the last number of the text is read instead
+    text = "#### 1. Find the area of each part\n" + _PROSE + "Adding the parts gives 30."
+    assert _acc(text, "30") is True
+    from dapo_rl.reward.extract import extract_final_answer
+
+    assert extract_final_answer("#### Step 2\nThe sum is 5.") is None
+    assert extract_final_answer("Work.\n#### 42\nChecked twice.") == "42"
+
+
+def test_mixed_numbers_have_one_reading_in_cleaning():
+    from dapo_rl.reward.extract import clean_answer
+
+    assert (
+        clean_answer("1 1/4") == clean_answer(r"1\frac{1}{4}") == clean_answer(r"1 \frac14") == r"\frac{5}{4}"
+    )
+    assert clean_answer("-2 1/2, 3 2/3") == r"-\frac{5}{2}, \frac{11}{3}"
+    # not mixed numbers: an improper fraction after the whole part, a product, a plain fraction
+    assert clean_answer("2 5/4") == "2 5/4"
+    assert clean_answer(r"2 \cdot \frac{1}{4}") == r"2 \cdot \frac{1}{4}"
+    assert clean_answer("3/4") == "3/4"

@@ -3,7 +3,7 @@
 Three steps turn a model response into a comparable answer string:
 
 1. :func:`extract_final_answer` finds the *last* final answer: the last "Answer:" line (DAPO's prompt template;
-   also "**Answer:**", "Final Answer: The final answer is ...") or the last ``\\boxed{...}`` / ``\\fbox{...}``,
+   also "**Answer:**", "Final Answer: The final answer is ...", GSM8K's "#### 42") or the last ``\\boxed{...}`` / ``\\fbox{...}``,
    whichever comes later in the text. Boxes that end the response one after another ("\\boxed{1} and
    \\boxed{2}") are read together as one list answer. Only the last answer counts, so an earlier right answer
    followed by a wrong one is wrong.
@@ -38,8 +38,12 @@ __all__ = [
 BOX_COMMANDS: tuple[str, ...] = ("boxed", "fbox")
 """LaTeX commands whose argument is read as the final answer."""
 
-_ANSWER_ANCHOR = re.compile(r"(?i)(?:answer\s*(?:\*\*|__)?\s*:|final\s+answer\s+is\b\s*:?)")
-"""An answer anchor: "Answer:" (any case, also "**Answer**:") or Minerva's "The final answer is"."""
+_ANSWER_ANCHOR = re.compile(
+    r"(?i)(?:answer\s*(?:\*\*|__)?\s*:|final\s+answer\s+is\b\s*:?|(?<!#)####(?!#)(?=[ \t]*[-+$\\\d.]))"
+)
+"""An answer anchor: "Answer:" (any case, also "**Answer**:"), Minerva's "The final answer is", or GSM8K's
+``#### 42`` (four hashes followed on their line by a number or math, so a Markdown heading "#### Step 2" is not
+one)."""
 
 _BOX_START = re.compile(r"\\(?:" + "|".join(BOX_COMMANDS) + r")\b\s*")
 
@@ -118,6 +122,8 @@ def _answer_line(text: str) -> tuple[int, int, str] | None:
     """
     last = None
     for match in _ANSWER_ANCHOR.finditer(text):
+        if match.group(0) == "####" and _is_heading(text, match.end()):
+            continue
         last = match
     if last is None:
         return None
@@ -140,6 +146,12 @@ def _answer_line(text: str) -> tuple[int, int, str] | None:
     line_end = text.find("\n", start)
     end = len(text) if line_end == -1 else line_end
     return last.start(), end, text[start:end]
+
+
+def _is_heading(text: str, start: int) -> bool:
+    """Whether the line after a ``####`` at ``start`` reads as a Markdown heading ("#### 1. Find the area")."""
+    end = text.find("\n", start)
+    return looks_like_prose(text[start : len(text) if end == -1 else end])
 
 
 def _merge_separator(between: str) -> str | None:
@@ -213,8 +225,9 @@ def extract_final_answer(text: str) -> str | None:
     Returns:
         The raw (uncleaned) answer text, or ``None`` when the text has neither an answer anchor nor a box.
 
-        * Answer anchors: ``Answer:`` in any case (also inside "Final Answer:", "**Answer:**", "**Answer**:")
-          and "The final answer is"; the content is the rest of that line (see :func:`_answer_line`).
+        * Answer anchors: ``Answer:`` in any case (also inside "Final Answer:", "**Answer:**", "**Answer**:"),
+          "The final answer is" and GSM8K's ``#### 42`` (not a Markdown heading such as "#### Step 2"); the
+          content is the rest of that line (see :func:`_answer_line`).
         * Boxes: ``\\boxed{..}`` and ``\\fbox{..}`` with balanced, possibly nested braces. Consecutive boxes
           at the end ("\\boxed{1}, \\boxed{2}") are joined into ``"1, 2"`` ("... or ..." when joined by
           "or"); identical repeats collapse to one.
@@ -248,7 +261,12 @@ def extract_final_answer(text: str) -> str | None:
 
 _CHAT_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|start_header_id)\|>|</s>")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\$(.+?)\$|\\\((.+?)\\\)", re.DOTALL)
-_NUMBER_TOKEN = re.compile(r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*%)?")
+_NUMBER_TOKEN = re.compile(
+    r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:[ \t]+\d+\s*/\s*\d+(?![\d.]))?(?:\s*/\s*\d+)?(?:\s*%)?"
+)
+"""A number in prose: ``1,234.5``, ``3/4``, a mixed number ``1 1/4``, ``15%``."""
+_GROUP_SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!]\s*)(?=\d{3}(?!\d))")
+"""TeX thousands separators between digit groups: ``9{,}500``, ``9\\,500``, ``9\\!500``."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LIST_GAP = re.compile(r"(?i)\s*(?:[,;]|\s(?:and|or|either)\s|,\s*(?:and|or)\s)\s*")
 
@@ -269,7 +287,9 @@ def fallback_final_answer(text: str) -> str | None:
     ``$$..$$``, ``\\[..\\]``) or a number gives its last such candidate ("... the system is $(7, 6)$." ->
     ``"(7, 6)"``; "... increases by 100%." -> ``"100%"``). Candidates listed right before it come with it
     ("1, 2, 3" -> ``"1, 2, 3"``; "3 or 4" -> ``"3 or 4"``), so the hedge rule still sees a list of guesses.
-    A window that would start inside ``$...$`` starts after it, so a ``$`` is never read half-open.
+    A window that would start inside ``$...$`` starts after it, so a ``$`` is never read half-open. TeX thousands
+    separators (``9{,}500``, ``1\\,250``) join their digit groups first, and a mixed number ("1 1/4") is one
+    candidate.
 
     Args:
         text: the decoded response.
@@ -279,6 +299,7 @@ def fallback_final_answer(text: str) -> str | None:
     """
     chat = _CHAT_TOKEN.search(text)
     body = text[: chat.start()] if chat else text
+    body = _GROUP_SEPARATOR.sub(",", body)  # "$9{,}500." -> "$9,500.": one number, not "9" and "500"
     hope = body.rfind("I hope it is correct", max(0, len(body) - 2 * FALLBACK_WINDOW_CHARS))
     if hope != -1:
         body = body[:hope]
@@ -682,6 +703,41 @@ def _normalize_number(s: str) -> str:
     return s
 
 
+_MIXED_NUMBER = re.compile(
+    r"([+-]?)\s*(\d+)(?:[ \t]+(\d+)\s*/\s*(\d+)"
+    r"|\s*\\frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d)))"
+)
+
+
+def _mixed_to_fraction(s: str) -> str:
+    """A mixed number as one fraction: ``"1 1/4"`` / ``"1\\frac{1}{4}"`` -> ``"\\frac{5}{4}"``, ``"-2 1/2"`` -> ``"-\\frac{5}{2}"``.
+
+    Read this way everywhere (the fast path and Math-Verify see the same fraction): a whole number followed by
+    a proper fraction (0 < numerator < denominator), as the whole answer or a whole list element. ``"2 5/4"``
+    (improper) and ``"2 \\cdot \\frac{1}{4}"`` are left as written.
+    """
+
+    def one(part: str) -> str:
+        match = _MIXED_NUMBER.fullmatch(part.strip())
+        if match is None:
+            return part
+        sign, whole, num, den = match.group(1), int(match.group(2)), match.group(3), match.group(4)
+        if num is None:
+            num, den = match.group(5) or match.group(6), match.group(7) or match.group(8)
+        n, d = int(num), int(den)
+        if not 0 < n < d or len(match.group(2)) > 12:
+            return part
+        return f"{'-' if sign == '-' else ''}\\frac{{{whole * d + n}}}{{{d}}}"
+
+    if "/" not in s and "frac" not in s:
+        return s
+    parts = split_top_level(s)
+    if len(parts) == 1:
+        return one(s)
+    new = [one(p) for p in parts]
+    return s if new == parts else ", ".join(new)
+
+
 def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
     """Strip presentation from an extracted answer so that equal answers become equal strings.
 
@@ -694,8 +750,8 @@ def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
     inches"); trailing ``.``, ``,``, ``;``, ``!``; a leading assignment ``x =``, ``f(x) =``, ``(p, q) =``,
     ``x \\in`` (the last right-hand side is kept, an ``\\approx`` tail dropped); thousands separators of a
     plain number ("1,000" -> "1000", not "(1,2)" nor "1, 2"); zero padding ("025" -> "25") and float-typed
-    integers ("27.0" -> "27"); a multiple-choice letter in parentheses "(C)" -> "C". Unicode minus ``−`` is
-    read as ``-``.
+    integers ("27.0" -> "27"); a multiple-choice letter in parentheses "(C)" -> "C"; mixed numbers ("1 1/4",
+    ``2\\frac{1}{4}``) -> one fraction (:func:`_mixed_to_fraction`). Unicode minus ``−`` is read as ``-``.
 
     Args:
         ans: the raw answer, e.g. from :func:`extract_final_answer`, or a ground truth.
@@ -729,6 +785,7 @@ def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
             s = _strip_assignment(s)
         s = re.sub(r"^\(\s*([A-Z])\s*\)$", r"\1", s)
         s = _normalize_number(s).strip()
+        s = _mixed_to_fraction(s)
         if s == previous:
             break
     return s

@@ -11,10 +11,14 @@ keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but jud
 2. clean it (:func:`~dapo_rl.reward.extract.clean_answer`), and the ground truth the same way;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
    to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``);
-4. fast path: equal strings, or two plain numbers / integer fractions compared exactly (a relative
-   tolerance of 1e-9 for decimals);
-5. otherwise symbolic equivalence with Math-Verify (``math_verify.parse`` + ``math_verify.verify``), which
-   handles fractions vs decimals, radicals, tuples, intervals, sets, matrices and equations.
+4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compare element by element;
+5. fast path: equal strings, or two plain numbers / integer fractions: exact values and two decimals compare
+   exactly, a decimal against an exact value must be that value correctly rounded to 6+ significant digits;
+6. otherwise Math-Verify parses both (``math_verify.parse``); numbers (and tuples and intervals of numbers)
+   are compared here, exactly or with a relative tolerance when a decimal takes part (Math-Verify's absolute
+   rounding to 6 places calls ``1/2^98`` and ``1/2^99`` equal); anything else goes to ``math_verify.verify``,
+   which handles radicals, sets, matrices, equations and relations (an inequality against the interval it
+   describes, either way round).
 
 Model output is only parsed, never executed. Nothing here imports torch.
 """
@@ -41,7 +45,8 @@ from dapo_rl.reward.extract import (
 from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
 
 __all__ = [
-    "FLOAT_REL_TOL",
+    "DECIMAL_REL_TOL",
+    "EXACT_DIGITS",
     "INVALID_PRED",
     "MAX_ANSWER_CHARS",
     "MAX_EXPONENT_DIGITS",
@@ -71,8 +76,14 @@ MAX_NESTING_DEPTH = 30
 MAX_EXPONENT_DIGITS = 4
 """Answers with a numeric exponent of more digits than this (``10^{12345}``) are wrong without parsing."""
 
-FLOAT_REL_TOL = 1e-9
-"""Relative tolerance when two plain decimal numbers are compared on the fast path."""
+DECIMAL_REL_TOL = Fraction(5, 10**6)
+"""Relative tolerance when a decimal takes part in a comparison: half a unit in the 6th significant digit, so
+``0.333333`` = 1/3 and ``0.0833333333333333`` = 1/12, while ``0.0000001`` != ``0.0000002`` (Math-Verify rounds
+both to 6 decimal places, i.e. to 0, and calls them equal)."""
+
+EXACT_DIGITS = 60
+"""Exact values (no decimal in either side) are evaluated to this many significant digits and must agree to all
+but the last 10 of them: ``1/2^98`` != ``1/2^99`` (Math-Verify's ``evalf(chop=True)`` calls their difference 0)."""
 
 _CLOCK = re.compile(r"(\d{1,2})\s*:\s*([0-5]\d)\s*(?:([AaPp])\s*\.?\s*[Mm]?\s*\.?)?")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
@@ -203,11 +214,19 @@ def answer_is_too_complex(answer: str) -> str | None:
     return None
 
 
-def _as_exact_number(s: str) -> tuple[Fraction, bool] | None:
-    """``(value, is_decimal)`` when ``s`` is a plain number or an integer fraction, else ``None``."""
+def _as_exact_number(s: str) -> tuple[Fraction, int | None] | None:
+    """``(value, decimal places)`` when ``s`` is a plain number or an integer fraction, else ``None``.
+
+    The places are those written (``"0.50"`` -> 2, ``"1.5e-7"`` -> 8, ``"2e3"`` -> -3); ``None`` for an exact
+    value (an integer or a fraction).
+    """
     compact = s.replace(" ", "")
     if _NUMBER.fullmatch(compact):
-        return Fraction(compact), any(c in compact for c in ".eE")
+        mantissa, _, exponent = compact.lower().partition("e")
+        if "." not in mantissa and not exponent:
+            return Fraction(compact), None
+        places = len(mantissa.partition(".")[2]) - int(exponent or 0)
+        return Fraction(compact), places
     match = _INT_FRACTION.fullmatch(s.strip())
     if match:
         sign, num, den, num2, den2 = match.groups()
@@ -215,8 +234,21 @@ def _as_exact_number(s: str) -> tuple[Fraction, bool] | None:
         if denominator == 0:
             return None
         value = Fraction(numerator, denominator)
-        return (-value if sign == "-" else value), False
+        return (-value if sign == "-" else value), None
     return None
+
+
+def _decimal_matches(decimal: Fraction, places: int, exact: Fraction) -> bool:
+    """Whether a decimal written to ``places`` places is ``exact`` correctly rounded, to 6 significant digits.
+
+    Both must hold: ``exact`` lies within half a unit of the decimal's last written place, and the two agree to
+    the relative tolerance :data:`DECIMAL_REL_TOL`. So ``0.333333`` and ``0.0833333333333333`` match 1/3 and 1/12;
+    ``0.33`` does not match 1/3 (too few digits) and ``1000000.5`` does not match 1000000 (wrong last place).
+    """
+    gap = abs(decimal - exact)
+    return gap <= Fraction(1, 2) * Fraction(10) ** -places and gap <= DECIMAL_REL_TOL * max(
+        abs(decimal), abs(exact)
+    )
 
 
 def _compact(s: str) -> str:
@@ -248,14 +280,14 @@ def _fast_compare(pred: str, gold: str) -> bool | None:
     a, b = _as_exact_number(pred), _as_exact_number(gold)
     if a is None or b is None:
         return None
-    (x, x_decimal), (y, y_decimal) = a, b
+    (x, x_places), (y, y_places) = a, b
     if x == y:
         return True
-    if x_decimal or y_decimal:
-        if math.isclose(float(x), float(y), rel_tol=FLOAT_REL_TOL, abs_tol=0.0):
-            return True
-        return None  # let Math-Verify decide (e.g. 1/3 vs 0.333333, rounded to 6 places)
-    return False
+    if (x_places is None) == (y_places is None):
+        return False  # two exact values, or two decimals as written ("0.0000001" != "0.0000002")
+    if x_places is not None:
+        return _decimal_matches(x, x_places, y)
+    return _decimal_matches(y, y_places, x)  # type: ignore[arg-type]  # y_places is set: checked above
 
 
 def _to_latex_input(cleaned: str, raw: str) -> str:
@@ -310,8 +342,59 @@ def _parse_gold(text: str, timeout: int | None) -> list[Any]:
         return []
 
 
+def _real_value(expr: Any) -> Any:
+    """``expr`` evaluated to :data:`EXACT_DIGITS` digits when it is a finite real number, else ``None``."""
+    from sympy import Expr
+
+    if not isinstance(expr, Expr) or not expr.is_number:
+        return None
+    value = expr.evalf(EXACT_DIGITS)
+    if not value.is_Number or not value.is_finite or not value.is_real:
+        return None
+    return value
+
+
+def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
+    """Equal / not equal for two parsed numbers (or tuples or intervals of numbers), ``None`` for anything else.
+
+    A decimal on either side compares with the relative tolerance :data:`DECIMAL_REL_TOL`; exact values compare
+    to :data:`EXACT_DIGITS` significant digits. This replaces Math-Verify's absolute rounding (``float_rounding=6``
+    and a chopped ``evalf``), which calls any two values below 1e-6 equal. Tuples compare element-wise (same
+    length), intervals by their end points and openness; sets, relations, symbols and complex numbers return
+    ``None`` and are left to Math-Verify.
+    """
+    from sympy import Float, Interval, Rational, Tuple
+
+    if isinstance(gold, Tuple) and isinstance(pred, Tuple):
+        if len(gold) != len(pred):
+            return None
+        verdicts = [_numeric_verdict(g, p) for g, p in zip(gold, pred)]
+        if False in verdicts:
+            return False
+        return True if all(verdicts) else None
+    if isinstance(gold, Interval) and isinstance(pred, Interval):
+        if (gold.left_open, gold.right_open) != (pred.left_open, pred.right_open):
+            return False
+        ends = [_numeric_verdict(gold.start, pred.start), _numeric_verdict(gold.end, pred.end)]
+        return False if False in ends else (True if all(ends) else None)
+    a, b = _real_value(gold), _real_value(pred)
+    if a is None or b is None:
+        return None
+    scale = max(abs(a), abs(b))
+    if scale == 0:
+        return True
+    if gold.has(Float) or pred.has(Float):
+        return bool(abs(a - b) <= Rational(DECIMAL_REL_TOL.numerator, DECIMAL_REL_TOL.denominator) * scale)
+    return bool(abs(a - b) <= Float(10, EXACT_DIGITS) ** (10 - EXACT_DIGITS) * scale)
+
+
+def _first_expression(parsed: list[Any]) -> Any:
+    return next((p for p in parsed if not isinstance(p, str)), None)
+
+
 def _symbolic_equal(pred_in: str, gold_in: str, timeout: int | None) -> bool:
     from math_verify import verify
+    from math_verify.utils import timeout as with_timeout
 
     gold_parsed = _parse_gold(gold_in, timeout)
     if not gold_parsed:
@@ -319,7 +402,40 @@ def _symbolic_equal(pred_in: str, gold_in: str, timeout: int | None) -> bool:
     pred_parsed = _parse(pred_in, timeout)
     if not pred_parsed:
         return False
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+    verdict = with_timeout(timeout)(_numeric_verdict)(
+        _first_expression(gold_parsed), _first_expression(pred_parsed)
+    )
+    if verdict is not None:
+        return verdict
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout, allow_set_relation_comp=True))
+
+
+_ELLIPSIS = re.compile(r"\\(?:[lc]?dots[cbi]?|ldotp|cdotp)|\.\.\.|\u2026|\u22ef")
+
+
+def _same_sequence(pred: str, gold: str, timeout: int | None) -> bool | None:
+    """Lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compared element by element, else ``None``.
+
+    Equal when both have the same number of elements, the ellipses stand at the same places and every other
+    element pair is equal (:func:`_fast_compare`, then Math-Verify). Math-Verify cannot parse such a list: it
+    drops the dots or reads the list as one product, so ``1, 3, 5, \\ldots, 2n-1`` "equals" ``1, 2, \\ldots, n``.
+    """
+    pred_parts, gold_parts = split_top_level(pred), split_top_level(gold)
+    pred_dots = [i for i, p in enumerate(pred_parts) if _ELLIPSIS.fullmatch(p)]
+    gold_dots = [i for i, g in enumerate(gold_parts) if _ELLIPSIS.fullmatch(g)]
+    if not pred_dots and not gold_dots:
+        return None
+    if len(pred_parts) != len(gold_parts) or pred_dots != gold_dots:
+        return False
+    for i, (p, g) in enumerate(zip(pred_parts, gold_parts)):
+        if i in gold_dots:
+            continue
+        same = _fast_compare(p, g)
+        if same is None:
+            same = _symbolic_equal(f"${p}$", f"${g}$", timeout)
+        if not same:
+            return False
+    return True
 
 
 def _ground_truth_text(ground_truth: Any) -> str:
@@ -353,9 +469,13 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
     the ground truth through :func:`~dapo_rl.reward.extract.gold_final_answer`) -> clean it
     and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> a hedge ("540 or 541", several
     different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
-    make over-long, over-nested or exponent-tower answers wrong without parsing -> equal strings or equal
-    plain numbers are correct -> otherwise ``math_verify.verify(parse(gold), parse(pred))`` with LaTeX and
-    plain-expression extraction, ``float_rounding=6``, ``strict=True`` (Math-Verify's defaults).
+    make over-long, over-nested or exponent-tower answers wrong without parsing -> lists with an ellipsis
+    compare element by element -> equal strings or equal plain numbers are correct (a decimal against an exact
+    value: correctly rounded, :data:`DECIMAL_REL_TOL`) -> otherwise both are parsed with Math-Verify (LaTeX and
+    plain-expression extraction); two numbers, or tuples / intervals of numbers, are compared exactly
+    (:data:`EXACT_DIGITS`) or, with a decimal in either, to :data:`DECIMAL_REL_TOL`; everything else by
+    ``math_verify.verify(gold, pred)`` with ``strict=True`` and ``allow_set_relation_comp=True`` (so
+    ``0 < x < 12.5`` matches a gold ``(0, 12.5)`` as well as the reverse).
 
     Time-outs: ``timeout_s`` is passed to Math-Verify as ``parsing_timeout`` and ``timeout_seconds``
     (rounded up to whole seconds, since they use ``signal.alarm``); it bounds each parse and each pairwise
@@ -405,9 +525,11 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
         if is_hedged(pred, gold):
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         pred = _dedupe_list(pred)
-        correct = _fast_compare(pred, gold)
+        timeout = _timeout_seconds(timeout_s)
+        correct = _same_sequence(pred, gold, timeout)
         if correct is None:
-            timeout = _timeout_seconds(timeout_s)
+            correct = _fast_compare(pred, gold)
+        if correct is None:
             correct = _symbolic_equal(_to_latex_input(pred, raw), _to_latex_input(gold, gold_raw), timeout)
     except (Exception, TimeoutException) as exc:  # a verifier must never raise on model output
         return error_result(exc)
