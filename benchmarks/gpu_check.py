@@ -288,7 +288,11 @@ class Probe:
     def _update(self, orig, batch):
         cfg = self.trainer.actor.cfg
         on_policy = batch.num_minibatches == 1 and cfg.ppo_epochs == 1
-        recompute = not cfg.use_rollout_log_probs and batch.old_log_prob is None and not on_policy
+        recompute = (
+            not self.trainer.actor.algo.rollout_correction.bypass_mode
+            and batch.old_log_prob is None
+            and not on_policy
+        )
         resp = batch.attention_mask.sum(1) - batch.prompt_lens
         rec = self._rec()
         rec["trained_tokens"] = float(batch.attention_mask.sum())

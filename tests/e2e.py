@@ -52,8 +52,8 @@ def run_args(base_model: Path, run: Path, *extra: str) -> list[str]:
 
 
 def comparable(rows: list[dict]) -> list[dict]:
-    """Metrics rows without wall-clock timings."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    """Metrics rows without wall-clock timings and throughputs."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]
 
 
 def assert_same_metrics(got: list[dict], want: list[dict]) -> None:

@@ -24,6 +24,12 @@ REQUIRED = [
     "time/step_s",
     "time/generate_s",
     "time/update_s",
+    "time/score_s",
+    "time/old_log_prob_s",
+    "time/sync_weights_s",
+    "perf/tokens_per_s",
+    "rollout_corr/rollout_is_mean",
+    "rollout_corr/k3_kl",
 ]
 SMALL = [
     "data.train_reasoning_gym.size=2000",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import torch
 
 from dapo_rl.algo import entropy_from_logits, get_policy_loss, logprobs_from_logits, masked_mean
+from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
 
@@ -101,6 +103,8 @@ class TrainBatch:
         rollout_log_prob: `(B, T)` float log-probs the rollout engine sampled with (0 past each response), or None.
         minibatch: `(B,)` long, the optimizer step (mini-batch) each row belongs to, numbered from 0 on every rank.
         num_minibatches: optimizer steps per epoch (the same on every rank).
+        rollout_is_weights: `(B, T)` float importance weights of the rollout correction, or None (set by
+            `Actor.update`).
     """
 
     input_ids: torch.Tensor
@@ -112,6 +116,7 @@ class TrainBatch:
     rollout_log_prob: torch.Tensor | None = None
     minibatch: torch.Tensor | None = None
     num_minibatches: int = 1
+    rollout_is_weights: torch.Tensor | None = None
 
     @staticmethod
     def build(
@@ -177,6 +182,7 @@ class TrainBatch:
             cut(self.rollout_log_prob),
             None if self.minibatch is None else self.minibatch[idx],
             self.num_minibatches,
+            cut(self.rollout_is_weights),
         )
 
 
@@ -296,7 +302,13 @@ class Actor:
         gradient equals the one-process gradient of the whole mini-batch whatever the split over ranks and micro-
         batches (verl PR#906 and TRL#5619 were bugs here). With exactly one mini-batch and one epoch the update is
         on-policy and the old log-probs are the current ones (ratio 1), which saves a forward pass; otherwise they
-        are recomputed first, or taken from the engine with `actor.use_rollout_log_probs`.
+        are recomputed first, or taken from the engine (`algorithm.rollout_correction.bypass_mode`).
+
+        Rollout correction (`algorithm.rollout_correction`, `dapo_rl.algo.rollout_correction`): with `rollout_is` or
+        `rollout_rs` the old log-probs are always recomputed, the IS weights multiply each token's loss and rejected
+        tokens leave the loss and its token count. Whenever the batch carries the engine's log-probs, the
+        `rollout_corr/*` mismatch metrics are returned (pi_train = the old log-probs, or pi_theta during the first
+        epoch where there are none to compare).
 
         Args:
             batch: this rank's rows; every rank has the same number of rows in each mini-batch.
@@ -304,21 +316,47 @@ class Actor:
         Returns:
             Metrics over all ranks: `actor/pg_loss`, `actor/pg_clipfrac_lower|upper|dual`, `actor/ppo_kl`,
             `actor/entropy` (token means), `actor/grad_norm` (mean over the optimizer steps taken), `actor/lr`,
-            `actor/num_skipped_steps` (steps with a non-finite gradient norm: skipped on every rank alike).
+            `actor/num_skipped_steps` (steps with a non-finite gradient norm: skipped on every rank alike),
+            `rollout_corr/*` (see `MismatchStats`), `time/old_log_prob_s` (the recompute forward; 0 when skipped).
 
         Raises:
-            ValueError: `actor.use_rollout_log_probs` without the batch's rollout log-probs.
+            ValueError: `bypass_mode`, `rollout_is` or `rollout_rs` without the batch's rollout log-probs.
         """
         cfg = self.cfg
+        rc = self.algo.rollout_correction
         world = self.ctx.world_size
         n_minis = batch.num_minibatches
         on_policy = n_minis == 1 and cfg.ppo_epochs == 1
-        if cfg.use_rollout_log_probs:
-            if batch.rollout_log_prob is None:
-                raise ValueError("actor.use_rollout_log_probs=true, but the batch has no rollout log-probs")
-            batch.old_log_prob = batch.rollout_log_prob
-        elif not on_policy and batch.old_log_prob is None:
+        mu = batch.rollout_log_prob
+        correct = bool(rc.rollout_is or rc.rollout_rs)
+        if (rc.bypass_mode or correct) and mu is None:
+            raise ValueError(
+                "algorithm.rollout_correction needs the engine's sampling log-probs, and the batch has none"
+            )
+        t_old = 0.0
+        if rc.bypass_mode:
+            batch.old_log_prob = mu
+        elif (correct or not on_policy) and batch.old_log_prob is None:
+            t0 = time.perf_counter()
             batch.old_log_prob = self.compute_log_prob(batch)
+            t_old = time.perf_counter() - t0
+        mismatch = MismatchStats()
+        if correct:
+            weights, kept = compute_rollout_correction(
+                batch.old_log_prob,
+                mu,
+                batch.response_mask,
+                rollout_is=rc.rollout_is,
+                rollout_is_threshold=rc.rollout_is_threshold,
+                rollout_rs=rc.rollout_rs,
+                rollout_rs_threshold=rc.rollout_rs_threshold,
+                rollout_rs_threshold_lower=rc.rollout_rs_threshold_lower,
+            )
+            mismatch.add(batch.old_log_prob, mu, batch.response_mask, weights, kept)
+            batch.response_mask, batch.rollout_is_weights = kept, weights
+        elif mu is not None and batch.old_log_prob is not None and batch.old_log_prob is not mu:
+            mismatch.add(batch.old_log_prob, mu, batch.response_mask)
+        track_in_loop = mu is not None and not mismatch.sums
         minibatch = (
             batch.minibatch if batch.minibatch is not None else torch.zeros(len(batch), dtype=torch.long)
         )
@@ -331,7 +369,7 @@ class Actor:
         sums: dict[str, float] = {}
         tok_total = 0.0
         grad_norms, skipped = [], 0
-        for _ in range(cfg.ppo_epochs):
+        for epoch in range(cfg.ppo_epochs):
             for m, rows in enumerate(rows_of):
                 n_tok, n_seq = max(mb_tokens[m], 1.0), max(mb_seqs[m], 1.0)
                 self.optimizer.zero_grad(set_to_none=True)
@@ -343,6 +381,11 @@ class Actor:
                     old = (
                         logp.detach() if micro.old_log_prob is None else micro.old_log_prob.to(dev)
                     )  # None only on-policy
+                    if track_in_loop and epoch == 0:  # pi_train = pi_theta: no old log-probs to compare
+                        mismatch.add(logp.detach(), micro.rollout_log_prob.to(dev), mask)
+                    extra = {}
+                    if micro.rollout_is_weights is not None:
+                        extra["rollout_is_weights"] = micro.rollout_is_weights.to(dev)
                     loss, stats = self.policy_loss(
                         logp,
                         old,
@@ -354,6 +397,7 @@ class Actor:
                         loss_agg_mode=self.algo.loss_agg_mode,
                         global_num_tokens=n_tok,
                         global_batch_size=n_seq,
+                        **extra,
                     )
                     (loss * world).backward()  # FSDP2 averages gradients over the ranks
                     ntok = float(mask.sum())
@@ -382,6 +426,15 @@ class Actor:
         out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
         out["actor/lr"] = lr
         out["actor/num_skipped_steps"] = skipped
+        out.update(
+            mismatch.result(
+                lambda v: all_reduce(v, self.ctx),
+                lambda v: all_reduce(v, self.ctx, op="max"),
+            )
+            if mu is not None
+            else {}
+        )
+        out["time/old_log_prob_s"] = t_old
         return out
 
     # ------------------------------------------------------------------------------------- weights and state

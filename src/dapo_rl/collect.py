@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -176,6 +177,8 @@ class Scorer:
     repetition: RepetitionPenaltyConfig | None = None
     log: Callable[[str], None] | None = None
     _reported: bool = False
+    seconds: float = 0.0
+    """Wall-clock seconds spent in the reward pool so far (`time/score_s` is its growth over a step)."""
 
     def __call__(self, rollouts: Sequence[Rollout]) -> None:
         """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
@@ -186,7 +189,10 @@ class Scorer:
             (r.sample.data_source, t, r.sample.ground_truth, r.sample.extra_info)
             for r, t in zip(rollouts, texts)
         ]
-        for r, t, res in zip(rollouts, texts, self.pool.score(items)):
+        t0 = time.perf_counter()
+        results = self.pool.score(items)
+        self.seconds += time.perf_counter() - t0
+        for r, t, res in zip(rollouts, texts, results):
             r.text, r.score, r.acc, r.pred = (
                 t,
                 float(res["score"]),

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -122,6 +122,29 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Correction for the rollout engine's sampling distribution mu differing from the trainer's pi_old (verl's
+    `algorithm.rollout_correction`; see `dapo_rl.algo.rollout_correction`). Its `rollout_corr/*` metrics are
+    logged whenever the engine returns log-probs, corrected or not."""
+
+    rollout_is: Optional[str] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """Truncated importance weights pi_old / mu on the loss: null, `token` or `sequence`."""
+    rollout_is_threshold: float = 2.0
+    """Upper truncation of the IS weights (and the default upper bound of `rollout_rs`)."""
+    rollout_rs: Optional[str] = None  # noqa: UP045
+    """Rejection: null, `token`, `sequence` or `geometric` (mean log-ratio); rejected tokens leave the loss and
+    its token count."""
+    rollout_rs_threshold: Optional[float] = None  # noqa: UP045
+    """Upper bound of the accepted ratio (null: `rollout_is_threshold`)."""
+    rollout_rs_threshold_lower: Optional[float] = None  # noqa: UP045
+    """Lower bound (null: 1 / upper)."""
+    bypass_mode: bool = False
+    """pi_old := mu, the engine's log-probs: skips the old-log-prob forward (which only runs with several
+    mini-batches or epochs, or with `rollout_is` / `rollout_rs`); PPO's clipped ratio pi_theta / mu then does the
+    correcting, so `rollout_is` and `rollout_rs` must stay null."""
+
+
+@dataclass
 class AlgorithmConfig:
     """DAPO's objective (paper section 3, verl's `algorithm.*` and `actor.*` loss fields)."""
 
@@ -145,6 +168,7 @@ class AlgorithmConfig:
     overlong_filtering: bool = False
     """Mask truncated responses out of the loss (DAPO section 3.4, the alternative to soft punishment)."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass
@@ -246,11 +270,6 @@ class ActorConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
     about a third more compute. Needed for long responses on big models."""
-    use_rollout_log_probs: bool = False
-    """Take pi_old (the ratio's denominator, DAPO Eq. 9) from the rollout engine's sampling log-probs instead of
-    recomputing them with the actor before the update (saves a forward pass over the batch when there are several
-    mini-batches or epochs). The engine's numbers differ from the actor's by its kernels and dtype; with top-p/top-k
-    vLLM reports them after the filtering, the transformers engine before."""
 
 
 @dataclass
@@ -503,6 +522,26 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(f"reward.timeout_s={cfg.reward.timeout_s} must be > 0")
     if cfg.reward.num_workers < 0:
         raise ConfigError(f"reward.num_workers={cfg.reward.num_workers} must be >= 0")
+    rc = a.rollout_correction
+    if rc.rollout_is is not None:
+        _choice(rc.rollout_is, ("token", "sequence"), "algorithm.rollout_correction.rollout_is")
+    if rc.rollout_rs is not None:
+        _choice(rc.rollout_rs, ("token", "sequence", "geometric"), "algorithm.rollout_correction.rollout_rs")
+    upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
+    lower = (
+        1.0 / upper if rc.rollout_rs_threshold_lower is None or upper <= 0 else rc.rollout_rs_threshold_lower
+    )
+    if not (rc.rollout_is_threshold > 0 and upper > 0 and 0 < lower <= upper):
+        raise ConfigError(
+            f"algorithm.rollout_correction: thresholds must be > 0 with lower <= upper, got rollout_is_threshold="
+            f"{rc.rollout_is_threshold}, rollout_rs bounds [{lower}, {upper}]"
+        )
+    if rc.bypass_mode and (rc.rollout_is or rc.rollout_rs):
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode=true takes pi_old from the engine (pi_old = mu), so "
+            "rollout_is / rollout_rs (which weigh by pi_old / mu) would be 1 everywhere; PPO's clipped ratio "
+            "pi_theta / mu does the correcting. Set rollout_is=null and rollout_rs=null, or bypass_mode=false"
+        )
     if a.clip_ratio_c <= 1:
         raise ConfigError(f"algorithm.clip_ratio_c={a.clip_ratio_c} must be > 1")
     for key, val in (

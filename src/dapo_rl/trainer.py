@@ -36,7 +36,7 @@ from dapo_rl.collect import (
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, load_samples, reasoning_gym_samples
 from dapo_rl.data.dataset import DataError
-from dapo_rl.distributed import DistContext, all_gather_objects, barrier
+from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
@@ -313,6 +313,7 @@ class Trainer:
         """One DAPO step: collect a batch with dynamic sampling, update the actor, push the weights to the engine."""
         ctx = self.ctx
         t0 = time.perf_counter()
+        scored_before = self.scorer.seconds
         groups, stats = collect_batch(
             self.engine, self.scorer, self.sampler, self.train_data, self.cfg, self.step, ctx, self.log
         )
@@ -323,8 +324,10 @@ class Trainer:
         self.engine.sleep()
         upd = self.actor.update(batch)
         crash_point("update", self.step, ctx.rank)
-        self.engine.update_weights(self.actor.engine_weights())
         t2 = time.perf_counter()
+        self.engine.update_weights(self.actor.engine_weights())
+        t3 = time.perf_counter()
+        tokens = all_reduce([float(batch.attention_mask.sum())], ctx)[0]
         metrics = dict(stats)
         metrics["data/skipped_rows"] = self.skipped_rows
         for k in (
@@ -339,8 +342,14 @@ class Trainer:
         metrics["train/grad_norm"] = upd["actor/grad_norm"]
         metrics["train/lr"] = upd["actor/lr"]
         metrics["train/skipped_updates"] = upd["actor/num_skipped_steps"]
-        metrics["time/generate_s"] = t1 - t0
-        metrics["time/update_s"] = t2 - t1
+        metrics.update({k: v for k, v in upd.items() if k.startswith("rollout_corr/")})
+        score_s = self.scorer.seconds - scored_before
+        metrics["time/generate_s"] = t1 - t0 - score_s
+        metrics["time/score_s"] = score_s
+        metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
+        metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
+        metrics["time/sync_weights_s"] = t3 - t2
+        metrics["perf/tokens_per_s"] = tokens / max(t3 - t0, 1e-9)
         return metrics
 
     def fit(self) -> list[dict]:

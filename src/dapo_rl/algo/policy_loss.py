@@ -140,6 +140,7 @@ def compute_policy_loss(
     loss_agg_mode: str = "token-mean",
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_batch_size: int | float | torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with DAPO's decoupled clip range and dual-clip, aggregated by ``loss_agg_mode``.
 
@@ -158,6 +159,9 @@ def compute_policy_loss(
         loss_agg_mode: ``token-mean`` (DAPO), ``seq-mean-token-mean`` (GRPO) or ``seq-mean-token-sum``.
         global_num_tokens: masked-token count of the whole mini-batch, for micro-batching (see ``agg_loss``).
         global_batch_size: sequence count of the whole mini-batch, for micro-batching (see ``agg_loss``).
+        rollout_is_weights: ``(B, T)`` importance weights pi_old / mu of the rollout correction
+            (:func:`dapo_rl.algo.rollout_correction.compute_rollout_correction`), multiplying each token's clipped
+            loss (constants); ``None`` for none.
 
     Returns:
         ``(loss, stats)``: ``loss`` a 0-d tensor (dtype of ``log_prob``) to minimise; ``stats`` a dict of python
@@ -219,6 +223,12 @@ def compute_policy_loss(
     pg_losses3 = -A * clip_ratio_c
     clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
     pg_losses = torch.where(A < 0, clip_pg_losses2, clip_pg_losses1)
+    if rollout_is_weights is not None:
+        if rollout_is_weights.shape != log_prob.shape:
+            raise ValueError(
+                f"rollout_is_weights must have shape {tuple(log_prob.shape)}, got {tuple(rollout_is_weights.shape)}"
+            )
+        pg_losses = pg_losses * rollout_is_weights.detach().to(pg_losses.dtype)
 
     # Token-level aggregation   (Eq. 12 for token-mean)
     pg_loss = agg_loss(
