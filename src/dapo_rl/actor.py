@@ -17,6 +17,7 @@ from dapo_rl.algo import entropy_from_logits, get_policy_loss, logprobs_from_log
 from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
+from dapo_rl.distributed.balance import token_budget_bins
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -235,6 +236,12 @@ class Actor:
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
         self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.distributed else None
         self.model = model
+        attn = str(getattr(model.config, "_attn_implementation", "") or "")
+        self.remove_padding = (
+            cfg.use_remove_padding
+            if cfg.use_remove_padding is not None
+            else attn.startswith("flash_attention")
+        )
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
@@ -254,39 +261,94 @@ class Actor:
 
     def forward(self, mb: TrainBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token log-probs `(b, T)` float32 of the response tokens (and their entropy `(b, T)` when asked), on
-        the actor's device.
+        the actor's device; 0 past each response.
 
         Logits at position p predict token p+1, so response token t of row i (absolute position
-        prompt_len_i + t) is scored by the logits at prompt_len_i + t - 1.
+        prompt_len_i + t) is scored by the logits at prompt_len_i + t - 1. Only those positions go through the
+        LM head (`logits_to_keep`): with a 150k-token vocabulary the prompt's logits would cost as much as the
+        rest of the forward. Padded (`attention_mask`) or packed into one row (`self.remove_padding`: sequences
+        back to back, `position_ids` restarting at 0, no padding at all); both give the same values.
         """
         dev = self.device
-        ids, attn = mb.input_ids.to(dev), mb.attention_mask.to(dev)
-        with self._autocast():
-            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+        lens = mb.attention_mask.sum(1)
         t = mb.response_mask.shape[1]
-        pos = (mb.prompt_lens.to(dev).unsqueeze(1) - 1 + torch.arange(t, device=dev)).clamp(
-            max=ids.shape[1] - 2
-        )
-        resp_logits = (
-            logits.gather(1, pos.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float() / self.temperature
-        )
-        labels = ids.gather(1, pos + 1)
-        logp = logprobs_from_logits(resp_logits, labels)
+        steps = torch.arange(t)
+        if self.remove_padding:
+            starts = torch.cumsum(lens, 0) - lens
+            ids = torch.cat([mb.input_ids[i, : int(n)] for i, n in enumerate(lens)]).unsqueeze(0)
+            positions = torch.cat([torch.arange(int(n)) for n in lens]).unsqueeze(0)
+            # logits at row start + prompt_len - 1 + t, clamped inside each row (the clamped ones are masked)
+            last = (starts + lens - 2).unsqueeze(1)
+            pos = torch.minimum(starts.unsqueeze(1) + mb.prompt_lens.unsqueeze(1) - 1 + steps, last)
+            keep = pos.flatten()
+            with self._autocast():
+                logits = self.model(
+                    input_ids=ids.to(dev),
+                    position_ids=positions.to(dev),
+                    use_cache=False,
+                    logits_to_keep=keep.to(dev),
+                ).logits[0]
+            resp_logits = logits.view(len(lens), t, -1).float() / self.temperature
+            labels = ids[0, pos + 1]
+        else:
+            width = mb.input_ids.shape[1]
+            pos = (mb.prompt_lens.unsqueeze(1) - 1 + steps).clamp(max=width - 2)
+            first = int(pos.min()) if pos.numel() else 0
+            keep = torch.arange(first, width - 1)
+            with self._autocast():
+                logits = self.model(
+                    input_ids=mb.input_ids.to(dev),
+                    attention_mask=mb.attention_mask.to(dev),
+                    use_cache=False,
+                    logits_to_keep=keep.to(dev),
+                ).logits
+            rel = (pos - first).to(dev)
+            resp_logits = (
+                logits.gather(1, rel.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
+                / self.temperature
+            )
+            labels = mb.input_ids.gather(1, pos + 1)
+        labels = labels.to(dev)
+        inside = (steps < (lens - mb.prompt_lens).unsqueeze(1)).to(dev)  # positions past a response hold 0
+        logp = torch.where(inside, logprobs_from_logits(resp_logits, labels), 0.0)
         ent = None
         if with_entropy:
             with torch.no_grad():
                 ent = entropy_from_logits(resp_logits)
         return logp, ent
 
+    def micro_batches(
+        self, batch: TrainBatch, rows: torch.Tensor, budget: int
+    ) -> list[tuple[torch.Tensor, bool]]:
+        """Split `rows` of `batch` into micro-batches: `(indices, dummy)` pairs.
+
+        `actor.ppo_micro_batch_size` rows at a time, or with `actor.use_dynamic_bsz` by token budget
+        (`dapo_rl.distributed.balance.token_budget_bins`; padded cost unless the forward is packed). Under FSDP2
+        every rank must run the same number of forward passes, so the count is all-reduced (max); a rank with
+        too few rows to split further runs `dummy` passes over one row whose loss is multiplied by 0.
+        """
+        if not self.cfg.use_dynamic_bsz:
+            size = self.cfg.ppo_micro_batch_size
+            return [(rows[s : s + size], False) for s in range(0, len(rows), size)]
+        lengths = batch.attention_mask[rows].sum(1).tolist()
+        bins = token_budget_bins(lengths, budget, padded=not self.remove_padding)
+        want = int(all_reduce([float(len(bins))], self.ctx, op="max")[0])
+        if want > len(bins):
+            bins = token_budget_bins(lengths, budget, padded=not self.remove_padding, num_bins=want)
+        out = [(rows[torch.tensor(b, dtype=torch.long)], False) for b in bins]
+        while len(out) < want and len(rows):
+            out.append((rows[:1], True))
+        return out
+
     @torch.no_grad()
     def compute_log_prob(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs `(B, T)` float32 (on the CPU) of the current policy for every response token of this rank's
-        batch, in `actor.ppo_micro_batch_size` chunks without gradients. Under FSDP2 every rank must call it with
-        the same number of rows (the trainer's split guarantees it)."""
+        batch, without gradients, in `actor.ppo_micro_batch_size` chunks (or `log_prob_max_token_len_per_gpu`
+        tokens with `use_dynamic_bsz`). Under FSDP2 every rank must call it (the trainer's split guarantees it)."""
         out = torch.zeros_like(batch.response_mask)
-        mbs = self.cfg.ppo_micro_batch_size
-        for s in range(0, len(batch), mbs):
-            idx = torch.arange(s, min(s + mbs, len(batch)))
+        for idx, _dummy in self.micro_batches(
+            batch, torch.arange(len(batch)), self.cfg.log_prob_max_token_len_per_gpu
+        ):
             logp, _ = self.forward(batch.slice(idx))
             out[idx, : logp.shape[1]] = logp.cpu()
         return out
@@ -373,11 +435,11 @@ class Actor:
             for m, rows in enumerate(rows_of):
                 n_tok, n_seq = max(mb_tokens[m], 1.0), max(mb_seqs[m], 1.0)
                 self.optimizer.zero_grad(set_to_none=True)
-                for s in range(0, len(rows), cfg.ppo_micro_batch_size):
-                    micro = batch.slice(rows[s : s + cfg.ppo_micro_batch_size])
+                for idx, dummy in self.micro_batches(batch, rows, cfg.ppo_max_token_len_per_gpu):
+                    micro = batch.slice(idx)
                     logp, ent = self.forward(micro, with_entropy=True)
                     dev = logp.device
-                    mask = micro.response_mask.to(dev)
+                    mask = micro.response_mask.to(dev) * (0.0 if dummy else 1.0)
                     old = (
                         logp.detach() if micro.old_log_prob is None else micro.old_log_prob.to(dev)
                     )  # None only on-policy

@@ -257,7 +257,21 @@ class ActorConfig:
     ppo_mini_batch_size: int = 32
     """Prompt groups per optimizer step (each with `rollout.n` responses; DAPO: 32 -> 16 updates per step)."""
     ppo_micro_batch_size: int = 64
-    """Sequences per forward/backward pass (gradient accumulation); does not change the gradient."""
+    """Sequences per forward/backward pass (gradient accumulation); does not change the gradient. Unused with
+    `use_dynamic_bsz`."""
+    use_dynamic_bsz: bool = False
+    """Micro-batches by token budget instead of by sequence count (verl's name): each forward holds at most
+    `ppo_max_token_len_per_gpu` tokens (counting padding when the forward is padded), sequences of similar length
+    together; the gradient is the same, peak memory follows the budget instead of longest sequence x rows."""
+    ppo_max_token_len_per_gpu: int = 16384
+    """Token budget of one training forward/backward with `use_dynamic_bsz` (verl: 2-3x (prompt + response))."""
+    log_prob_max_token_len_per_gpu: int = 16384
+    """Token budget of one no-grad forward (the pi_old recompute) with `use_dynamic_bsz`."""
+    use_remove_padding: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """Padding-free forward: the micro-batch's sequences packed into one row with restarting `position_ids`
+    (transformers' packed format; flash-attention's varlen kernel on GPU). null: packed when the model runs
+    flash-attention, else padded micro-batches of similar lengths (faster with CPU's SDPA, which would need a dense
+    block-diagonal mask over the packed row)."""
     ppo_epochs: int = 1
     """Passes over each training batch."""
     shuffle: bool = False
@@ -554,6 +568,8 @@ def validate_config(cfg: Config) -> None:
         ("rollout.val_kwargs.n", r.val_kwargs.n),
         ("actor.ppo_mini_batch_size", act.ppo_mini_batch_size),
         ("actor.ppo_micro_batch_size", act.ppo_micro_batch_size),
+        ("actor.ppo_max_token_len_per_gpu", act.ppo_max_token_len_per_gpu),
+        ("actor.log_prob_max_token_len_per_gpu", act.log_prob_max_token_len_per_gpu),
         ("actor.ppo_epochs", act.ppo_epochs),
         ("trainer.total_training_steps", cfg.trainer.total_training_steps),
         ("trainer.nproc_per_node", cfg.trainer.nproc_per_node),

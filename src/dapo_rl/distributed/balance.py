@@ -4,6 +4,7 @@ forward passes), balanced token counts (the slowest rank sets the pace)."""
 from __future__ import annotations
 
 import heapq
+import math
 
 import torch
 
@@ -78,3 +79,63 @@ def shard_minibatches(
         rows.extend(chunk[i] for i in part)
         minibatch.extend([m] * len(part))
     return rows, minibatch
+
+
+def token_budget_bins(lengths: list[int], budget: int, *, padded: bool, num_bins: int = 1) -> list[list[int]]:
+    """Micro-batches by token budget (verl's `use_dynamic_bsz`): indices `0..len(lengths)-1` grouped so that each
+    group's forward costs at most `budget` tokens.
+
+    `padded=True` (a right-padded forward, cost = rows x longest row): rows sorted longest first are cut into
+    consecutive runs, so each micro-batch holds sequences of similar length and little padding.
+    `padded=False` (a packed, padding-free forward, cost = the sum of lengths): the fewest bins that fit, filled
+    longest first into the least-loaded bin (LPT), so the bins are balanced.
+
+    A row longer than `budget` gets a micro-batch of its own. With `num_bins` the result has at least that many
+    micro-batches where there are rows enough (FSDP2: every rank must run as many forward passes as the others):
+    the micro-batch with the most rows is halved until there are.
+
+    Args:
+        lengths: tokens of each row (prompt + response).
+        budget: tokens per micro-batch (`actor.ppo_max_token_len_per_gpu`); >= 1.
+        padded: see above.
+        num_bins: the least number of micro-batches wanted.
+
+    Returns:
+        Lists of row indices, each sorted ascending, none empty (no list at all for no rows).
+
+    Raises:
+        ValueError: `budget` < 1.
+    """
+    if budget < 1:
+        raise ValueError(f"token budget must be >= 1, got {budget}")
+    if not lengths:
+        return []
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if padded:
+        bins: list[list[int]] = []
+        for i in order:
+            if bins and (len(bins[-1]) + 1) * lengths[bins[-1][0]] <= budget:
+                bins[-1].append(i)
+            else:
+                bins.append([i])
+    else:
+        k = max(1, math.ceil(sum(lengths) / budget))
+        while True:
+            heap = [(0, b) for b in range(k)]
+            bins = [[] for _ in range(k)]
+            for i in order:
+                load, b = heapq.heappop(heap)
+                bins[b].append(i)
+                heapq.heappush(heap, (load + lengths[i], b))
+            over = any(len(x) > 1 and sum(lengths[i] for i in x) > budget for x in bins)
+            if not over or k >= len(lengths):
+                break
+            k += 1
+        bins = [x for x in bins if x]
+    while len(bins) < num_bins:
+        widest = max(range(len(bins)), key=lambda b: len(bins[b]))
+        if len(bins[widest]) < 2:
+            break
+        rows = bins.pop(widest)
+        bins[widest:widest] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+    return [sorted(x) for x in bins]

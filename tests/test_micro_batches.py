@@ -1,0 +1,108 @@
+"""Token-budget micro-batches (`actor.use_dynamic_bsz`) and the padding-free forward, on the real tiny model."""
+
+import pytest
+import torch
+
+from dapo_rl.actor import Actor, TrainBatch
+from dapo_rl.config import ActorConfig, AlgorithmConfig
+from dapo_rl.distributed.balance import token_budget_bins
+from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+
+def test_padded_bins_are_runs_of_similar_lengths_within_the_budget():
+    # longest first: 9 alone (2 x 9 > 10), then 5 and 3 (2 x 5 = 10), then 2
+    assert token_budget_bins([5, 3, 9, 2], 10, padded=True) == [[2], [0, 1], [3]]
+    # a row longer than the budget still gets a bin of its own
+    assert token_budget_bins([50, 3], 10, padded=True) == [[0], [1]]
+    assert token_budget_bins([], 10, padded=True) == []
+
+
+def test_packed_bins_are_the_fewest_that_fit_balanced():
+    # 19 tokens, budget 10: two bins, 9 | 5 + 3 + 2 (LPT)
+    assert token_budget_bins([5, 3, 9, 2], 10, padded=False) == [[2], [0, 1, 3]]
+    # LPT overflows a bin at 2 bins (6 + 4 + 4 = 14 > 12 ... tries 3)
+    bins = token_budget_bins([6, 6, 4, 4, 4], 12, padded=False)
+    assert all(sum([6, 6, 4, 4, 4][i] for i in b) <= 12 for b in bins) and len(bins) == 3
+
+
+def test_num_bins_halves_the_widest_bin():
+    assert token_budget_bins([5, 3, 9, 2], 10, padded=True, num_bins=4) == [[2], [0], [1], [3]]
+    # not enough rows to reach the count: as many as there can be
+    assert token_budget_bins([5, 3], 100, padded=True, num_bins=5) == [[0], [1]]
+    with pytest.raises(ValueError, match="budget"):
+        token_budget_bins([1], 0, padded=True)
+
+
+# --------------------------------------------------------------------------------------------- real model
+def _setup(tmp_path):
+    tok = build_tiny_tokenizer()
+    build_tiny_model(seed=5).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    prompts, responses = [], []
+    for i in range(10):  # a DAPO-like spread: prompts 4-12 tokens, responses 1-60 tokens
+        p = torch.randint(0, 250, (4 + (i * 3) % 9,), generator=g).tolist()
+        r = torch.randint(0, 250, (1 + (i * 37) % 60,), generator=g).tolist()
+        prompts.append(p)
+        responses.append(r)
+    adv = torch.linspace(-1, 1, 10)
+    return TrainBatch.build(prompts, responses, adv, torch.ones(10), tok.pad_token_id)
+
+
+def _actor(path, **cfg):
+    base = {"lr": 0.0, "grad_clip": 1e9, "ppo_micro_batch_size": 64}
+    return Actor(str(path), ActorConfig(**(base | cfg)), AlgorithmConfig(), temperature=0.9)
+
+
+def test_packed_forward_equals_the_padded_one(tmp_path):
+    batch = _setup(tmp_path)
+    padded = _actor(tmp_path, use_remove_padding=False).compute_log_prob(batch)
+    packed = _actor(tmp_path, use_remove_padding=True).compute_log_prob(batch)
+    budget = _actor(
+        tmp_path, use_remove_padding=True, use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=80
+    )
+    by_budget = budget.compute_log_prob(batch)
+    mask = batch.response_mask.bool()
+    assert (padded[~mask] == 0).all() and (packed[~mask] == 0).all()
+    assert (packed - padded).abs().max() < 1e-5
+    assert (by_budget - padded).abs().max() < 1e-5
+    # the no-grad pass really ran in several packed micro-batches, each within the budget
+    bins = budget.micro_batches(batch, torch.arange(10), 80)
+    lens = batch.attention_mask.sum(1)
+    assert len(bins) > 1 and all(int(lens[idx].sum()) <= 80 or len(idx) == 1 for idx, _ in bins)
+
+
+def _grads(path, batch, **cfg):
+    actor = _actor(path, **cfg)
+    actor.update(batch)
+    return {n: p.grad.clone() for n, p in actor.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"ppo_micro_batch_size": 1},
+        {"ppo_micro_batch_size": 3},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 70},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 70, "use_remove_padding": True},
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 1, "use_remove_padding": True},
+    ],
+)
+def test_the_gradient_does_not_depend_on_the_split(tmp_path, cfg):
+    batch = _setup(tmp_path)
+    ref = _grads(tmp_path, batch, ppo_micro_batch_size=64)  # one forward over all ten rows
+    got = _grads(tmp_path, _setup(tmp_path), **cfg)
+    assert ref.keys() == got.keys() and len(ref) > 10
+    for name in ref:
+        scale = ref[name].abs().max().clamp(min=1e-8)
+        assert ((got[name] - ref[name]).abs().max() / scale) < 1e-4, name
+
+
+def test_padded_budget_bins_bound_the_padded_tokens(tmp_path):
+    batch = _setup(tmp_path)
+    actor = _actor(tmp_path, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=100, use_remove_padding=False)
+    lens = batch.attention_mask.sum(1)
+    bins = actor.micro_batches(batch, torch.arange(10), 100)
+    assert sorted(int(i) for idx, _ in bins for i in idx) == list(range(10))
+    for idx, dummy in bins:
+        assert not dummy and (len(idx) * int(lens[idx].max()) <= 100 or len(idx) == 1)
