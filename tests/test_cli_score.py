@@ -44,6 +44,35 @@ def test_score_bad_rows_name_file_line_and_field(tmp_path, capsys):
     )
     assert main(["score", "--jsonl", str(src)]) == 2
     assert "bad.jsonl: line 2: field 'ground_truth' is missing" in capsys.readouterr().err
+    for row, message in [
+        ({"response": None, "ground_truth": "1"}, "field 'response' must be a string, got null"),
+        ({"response": 5, "ground_truth": "1"}, "field 'response' must be a string, got int"),
+        (
+            {"response": "x", "ground_truth": [5]},
+            "field 'ground_truth' must be a string or a number, got list",
+        ),
+        (
+            {"response": "x", "ground_truth": True},
+            "field 'ground_truth' must be a string or a number, got bool",
+        ),
+        (
+            {"response": "x", "ground_truth": None},
+            "field 'ground_truth' must be a string or a number, got null",
+        ),
+        (
+            {"response": "x", "ground_truth": "1", "extra_info": "oops"},
+            "field 'extra_info' must be an object",
+        ),
+    ]:
+        src.write_text(json.dumps({"response": "Answer: 1", "ground_truth": "1"}) + "\n" + json.dumps(row))
+        assert main(["score", "--jsonl", str(src)]) == 2
+        assert f"bad.jsonl: line 2: {message}" in capsys.readouterr().err
+    src.write_text('{"response": "x", "ground_truth": NaN}\n')
+    assert main(["score", "--jsonl", str(src)]) == 2
+    assert "bad.jsonl: line 1: field 'ground_truth' is not a finite number" in capsys.readouterr().err
+    src.write_text("")
+    assert main(["score", "--jsonl", str(src)]) == 0
+    assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["acc_mean"] is None
     assert main(["score", "--response", "Answer: 1"]) == 2
     assert "--ground-truth is required" in capsys.readouterr().err
     assert main(["score", "--response", "Answer: 1", "--ground-truth", "1", "--verifier", "nope"]) == 2

@@ -197,8 +197,16 @@ def _acc(response: str, gold: str) -> bool:
         # sequences with an ellipsis: element by element, not with the dots dropped
         (r"\boxed{1, 3, 5, \ldots, 2n-1}", r"1, 2, \ldots, n"),
         (r"\boxed{1, 2, \ldots, n}", r"1, 2, \ldots, n-1"),
-        (r"\boxed{2, 4, \dots, 2n}", r"2, 4, 6, \dots, 2n"),
+        (r"\boxed{2, 4, \ldots}", r"2, 4, 8, \ldots"),  # no last term: two terms do not fix the sequence
+        (r"\boxed{1, \ldots, n}", r"1, 5, \ldots, n"),  # one term does not either
         (r"\boxed{1, 2, \ldots, n}", "n"),
+        # scientific notation, decimals in tuples and intervals, and shorthand fractions: the same rules
+        (r"\boxed{1.000001 \times 10^{6}}", "1000000"),
+        (r"\boxed{(0, 12.50001)}", "(0, 12.5)"),
+        (r"\boxed{(1.000001, 2)}", "(1, 2)"),
+        (r"\boxed{[0.5, 2)}", "[0.5000001, 2)"),
+        (r"\boxed{0.666666}", r"\frac23"),
+        (r"\boxed{3.14160}", r"\pi"),  # 3.14159 is pi rounded to five places
         # an inequality against an interval of other openness
         (r"\boxed{-2 < x < 5}", "[-2, 5)"),
     ],
@@ -223,6 +231,19 @@ def test_math_verifier_false_positives_are_wrong(response, gold):
         (r"\boxed{1, 2, \ldots, n}", r"1,2,\dots,n"),
         (r"\boxed{2, 4, \cdots, 2n}", r"2, 4, \ldots, 2n"),
         (r"\boxed{\frac12, \frac14, \ldots}", r"0.5, 0.25, \ldots"),
+        (r"\boxed{2, 4, \dots, 2n}", r"2, 4, 6, \dots, 2n"),  # a shorter head with the same last term
+        (r"\boxed{1, 2, \ldots, 10}", r"1, 2, 3, \ldots, 10"),
+        # scientific notation in every spelling
+        (r"\boxed{6.02e23}", r"6.02 \times 10^{23}"),
+        (r"\boxed{6.02 \times 10^{23}}", "6.02e23"),
+        (r"\boxed{1e-7}", r"10^{-7}"),
+        (r"\boxed{3e8}", r"3 \cdot 10^8"),
+        (r"\boxed{1.5 \times 10^{-7}}", "1.5e-07"),
+        (r"\boxed{0.0000001}", r"10^{-7}"),
+        (_PROSE + "The concentration is 1.5e-7.", r"1.5 \times 10^{-7}"),
+        # an "or" of inequalities and the union it describes, both ways round
+        (r"\boxed{x < -2 \text{ or } x > 3}", r"(-\infty, -2) \cup (3, \infty)"),
+        (r"\boxed{(-\infty, -2) \cup (3, \infty)}", r"x < -2 \text{ or } x > 3"),
         # mixed numbers: one reading, whole + proper fraction, on every path
         (r"\boxed{1 1/4}", "5/4"),
         (r"\boxed{1 1/4}", "1.25"),
@@ -231,6 +252,8 @@ def test_math_verifier_false_positives_are_wrong(response, gold):
         (r"\boxed{-3 1/2}", "-3.5"),
         ("Answer: 2 1/2", r"\frac{5}{2}"),
         (_PROSE + "So the recipe needs 1 1/4 cups of flour.", "5/4"),
+        (_PROSE + "So she needs 2 1/2.", "5/2"),
+        (_PROSE + "The two lengths are 1 1/4 and 2 1/2.", r"\frac54, \frac52"),
         # an inequality and the interval it describes, both ways round
         (r"\boxed{0 < x < 12.5}", "(0, 12.5)"),
         (r"\boxed{(0, 12.5)}", "0 < x < 12.5"),
@@ -244,6 +267,11 @@ def test_math_verifier_false_positives_are_wrong(response, gold):
         (_PROSE + "#### 42\nI double-checked this with 2 different methods.", "42"),
         (_PROSE + "#### $1,234\nThat is 3 times what she had.", "1234"),
         ("#### 7", "7"),
+        # ... but a Markdown heading after the answer is not one
+        ("\\boxed{12}\n#### 2. Verify\nPlugging back in, it checks out.", "12"),
+        ("Answer: 12\n#### 3. Check\nIt holds.", "12"),
+        (_PROSE + "\n#### 3) Check\nSo the result is 12.", "12"),
+        (_PROSE + "\n#### 1 Setup\nSo the result is 12.", "12"),
     ],
 )
 def test_math_verifier_false_negatives_are_right(response, gold):
@@ -271,3 +299,18 @@ def test_mixed_numbers_have_one_reading_in_cleaning():
     assert clean_answer("2 5/4") == "2 5/4"
     assert clean_answer(r"2 \cdot \frac{1}{4}") == r"2 \cdot \frac{1}{4}"
     assert clean_answer("3/4") == "3/4"
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth",
+    [
+        (r"\boxed{602000000000000000000000}", 6.02e23),  # not int(6.02e23) = 601999999999999995805696
+        (r"\boxed{1.5 \times 10^{-7}}", 1.5e-07),
+        (r"\boxed{10^{-20}}", 1e-20),
+        (r"\boxed{27}", 27.0),
+    ],
+)
+def test_float_ground_truths_keep_their_value(response, ground_truth):
+    from dapo_rl.reward.math_verifier import compute_score_math
+
+    assert compute_score_math(response, ground_truth)["acc"] is True

@@ -216,6 +216,8 @@ def _read_score_rows(args) -> list[tuple]:
         else:
             text = args.response
         return [(args.data_source, text, args.ground_truth, None)]
+    import math
+
     from dapo_rl.data.dataset import read_jsonl
 
     path = Path(args.jsonl)
@@ -224,10 +226,21 @@ def _read_score_rows(args) -> list[tuple]:
         if not isinstance(row, dict):
             raise ConfigError(f"{path}: line {n}: expected an object")
         for key in ("response", "ground_truth"):
-            if key not in row or row[key] is None:
+            if key not in row:
                 raise ConfigError(f"{path}: line {n}: field {key!r} is missing")
         if not isinstance(row["response"], str):
-            raise ConfigError(f"{path}: line {n}: field 'response' must be a string")
+            got = "null" if row["response"] is None else type(row["response"]).__name__
+            raise ConfigError(f"{path}: line {n}: field 'response' must be a string, got {got}")
+        gt = row["ground_truth"]
+        if isinstance(gt, bool) or not isinstance(gt, (str, int, float)):
+            got = "null" if gt is None else type(gt).__name__
+            raise ConfigError(
+                f"{path}: line {n}: field 'ground_truth' must be a string or a number, got {got}"
+            )
+        if isinstance(gt, float) and not math.isfinite(gt):
+            raise ConfigError(f"{path}: line {n}: field 'ground_truth' is not a finite number ({gt})")
+        if "extra_info" in row and row["extra_info"] is not None and not isinstance(row["extra_info"], dict):
+            raise ConfigError(f"{path}: line {n}: field 'extra_info' must be an object")
         items.append(
             (
                 str(row.get("data_source", args.data_source)),
@@ -385,8 +398,8 @@ def _score(args) -> int:
     n = len(results)
     summary = {
         "responses": n,
-        "acc_mean": sum(bool(r["acc"]) for r in results) / max(n, 1),
-        "score_mean": sum(float(r["score"]) for r in results) / max(n, 1),
+        "acc_mean": sum(bool(r["acc"]) for r in results) / n if n else None,  # no rows: no mean
+        "score_mean": sum(float(r["score"]) for r in results) / n if n else None,
         **summarize(results),
         "responses_per_s": n / elapsed if elapsed > 0 else None,
     }

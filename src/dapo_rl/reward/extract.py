@@ -149,9 +149,12 @@ def _answer_line(text: str) -> tuple[int, int, str] | None:
 
 
 def _is_heading(text: str, start: int) -> bool:
-    """Whether the line after a ``####`` at ``start`` reads as a Markdown heading ("#### 1. Find the area")."""
+    """Whether the line after a ``####`` at ``start`` reads as a Markdown heading ("#### 1. Find the area",
+    "#### 2. Verify", "#### 3) Check"): GSM8K's marker is followed by the answer alone, so any word of two or more
+    letters outside a LaTeX command makes it a heading."""
     end = text.find("\n", start)
-    return looks_like_prose(text[start : len(text) if end == -1 else end])
+    line = re.sub(r"\\[A-Za-z]+", " ", text[start : len(text) if end == -1 else end])
+    return re.search(r"[A-Za-z]{2,}", line) is not None
 
 
 def _merge_separator(between: str) -> str | None:
@@ -262,9 +265,10 @@ def extract_final_answer(text: str) -> str | None:
 _CHAT_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|start_header_id)\|>|</s>")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\$(.+?)\$|\\\((.+?)\\\)", re.DOTALL)
 _NUMBER_TOKEN = re.compile(
-    r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:[ \t]+\d+\s*/\s*\d+(?![\d.]))?(?:\s*/\s*\d+)?(?:\s*%)?"
+    r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][+-]?\d{1,3}(?!\w|\.\d))?(?:[ \t]+\d+\s*/\s*\d+(?!\d|\.\d))?"
+    r"(?:\s*/\s*\d+)?(?:\s*%)?"
 )
-"""A number in prose: ``1,234.5``, ``3/4``, a mixed number ``1 1/4``, ``15%``."""
+"""A number in prose: ``1,234.5``, ``1.5e-7``, ``3/4``, a mixed number ``1 1/4``, ``15%``."""
 _GROUP_SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!]\s*)(?=\d{3}(?!\d))")
 """TeX thousands separators between digit groups: ``9{,}500``, ``9\\,500``, ``9\\!500``."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -88,8 +88,14 @@ but the last 10 of them: ``1/2^98`` != ``1/2^99`` (Math-Verify's ``evalf(chop=Tr
 _CLOCK = re.compile(r"(\d{1,2})\s*:\s*([0-5]\d)\s*(?:([AaPp])\s*\.?\s*[Mm]?\s*\.?)?")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _INT_FRACTION = re.compile(
-    r"([+-]?)\s*(?:\\frac\s*\{\s*([+-]?\d+)\s*\}\s*\{\s*([+-]?\d+)\s*\}|(\d+)\s*/\s*(\d+))"
+    r"([+-]?)\s*(?:\\frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))|(\d+)\s*/\s*(\d+))"
 )
+"""An integer fraction: ``\\frac{3}{4}``, ``\\frac34``, ``3/4``, with a sign."""
+_SCIENTIFIC = re.compile(
+    r"([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|\u00d7)\s*10\s*\^\s*(?:\{\s*([+-]?\d{1,4})\s*\}|([+-]?\d))"
+)
+"""Scientific notation in LaTeX: ``1.5 \\times 10^{-7}``, ``3 \\cdot 10^8``."""
+_POWER_OF_TEN = re.compile(r"([+-]?)10\s*\^\s*(?:\{\s*([+-]?\d{1,4})\s*\}|([+-]?\d))")
 _PLAIN_LETTER = re.compile(r"(?<![\\A-Za-z])[A-Za-z]")
 _OPENERS = {")": "(", "]": "[", "}": "{"}
 _NUMERIC_CHAIN = re.compile(r"\d\s*\}?\s*\^\s*\{?\s*\d+(?:\.\d+)?\s*\}?\s*\^")
@@ -215,10 +221,11 @@ def answer_is_too_complex(answer: str) -> str | None:
 
 
 def _as_exact_number(s: str) -> tuple[Fraction, int | None] | None:
-    """``(value, decimal places)`` when ``s`` is a plain number or an integer fraction, else ``None``.
+    """``(value, decimal places)`` when ``s`` is a plain number, an integer fraction or a number in scientific
+    notation, else ``None``.
 
-    The places are those written (``"0.50"`` -> 2, ``"1.5e-7"`` -> 8, ``"2e3"`` -> -3); ``None`` for an exact
-    value (an integer or a fraction).
+    The places are those written (``"0.50"`` -> 2, ``"1.5e-7"`` and ``"1.5 \\times 10^{-7}"`` -> 8, ``"2e3"`` -> -3);
+    ``None`` for an exact value (an integer, a fraction, ``3 \\cdot 10^8``, ``10^{-7}``).
     """
     compact = s.replace(" ", "")
     if _NUMBER.fullmatch(compact):
@@ -227,10 +234,23 @@ def _as_exact_number(s: str) -> tuple[Fraction, int | None] | None:
             return Fraction(compact), None
         places = len(mantissa.partition(".")[2]) - int(exponent or 0)
         return Fraction(compact), places
-    match = _INT_FRACTION.fullmatch(s.strip())
+    stripped = s.strip()
+    match = _SCIENTIFIC.fullmatch(stripped)
     if match:
-        sign, num, den, num2, den2 = match.groups()
-        numerator, denominator = (int(num), int(den)) if num is not None else (int(num2), int(den2))
+        mantissa, exp = match.group(1), int(match.group(2) or match.group(3))
+        value = Fraction(mantissa) * Fraction(10) ** exp
+        return value, (len(mantissa.partition(".")[2]) - exp if "." in mantissa else None)
+    match = _POWER_OF_TEN.fullmatch(stripped)
+    if match:
+        value = Fraction(10) ** int(match.group(2) or match.group(3))
+        return (-value if match.group(1) == "-" else value), None
+    match = _INT_FRACTION.fullmatch(stripped)
+    if match:
+        sign, num, num1, den, den1, num2, den2 = match.groups()
+        if num2 is not None:
+            numerator, denominator = int(num2), int(den2)
+        else:
+            numerator, denominator = int(num or num1), int(den or den1)
         if denominator == 0:
             return None
         value = Fraction(numerator, denominator)
@@ -354,16 +374,19 @@ def _real_value(expr: Any) -> Any:
     return value
 
 
-def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
+def _numeric_verdict(gold: Any, pred: Any, decimal: tuple[str, Fraction, int] | None = None) -> bool | None:
     """Equal / not equal for two parsed numbers (or tuples or intervals of numbers), ``None`` for anything else.
 
-    A decimal on either side compares with the relative tolerance :data:`DECIMAL_REL_TOL`; exact values compare
-    to :data:`EXACT_DIGITS` significant digits. This replaces Math-Verify's absolute rounding (``float_rounding=6``
-    and a chopped ``evalf``), which calls any two values below 1e-6 equal. Tuples compare element-wise (same
-    length), intervals by their end points and openness; sets, relations, symbols and complex numbers return
-    ``None`` and are left to Math-Verify.
+    Exact values compare to :data:`EXACT_DIGITS` significant digits. A decimal on either side compares with the
+    relative tolerance :data:`DECIMAL_REL_TOL`, or, when the whole answer on one side is a plain decimal
+    (``decimal = (side, value, places)``, side ``"pred"`` or ``"gold"``), by :func:`_decimal_matches`: the exact
+    value correctly rounded to the places written. This replaces Math-Verify's absolute rounding
+    (``float_rounding=6`` and a chopped ``evalf``), which calls any two values below 1e-6 equal. Tuples compare
+    element-wise (same length), intervals by their end points and openness; an "or" of inequalities in one
+    variable against a set compares as the union of their solution sets; other sets, relations, symbols and
+    complex numbers return ``None`` and are left to Math-Verify.
     """
-    from sympy import Float, Interval, Rational, Tuple
+    from sympy import Float, Interval, Rational, Set, Tuple
 
     if isinstance(gold, Tuple) and isinstance(pred, Tuple):
         if len(gold) != len(pred):
@@ -377,9 +400,21 @@ def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
             return False
         ends = [_numeric_verdict(gold.start, pred.start), _numeric_verdict(gold.end, pred.end)]
         return False if False in ends else (True if all(ends) else None)
+    gold_set, pred_set = _relations_as_set(gold), _relations_as_set(pred)
+    if (
+        (gold_set is not None or pred_set is not None)
+        and isinstance(gold_set or gold, Set)
+        and isinstance(pred_set or pred, Set)
+    ):
+        a_set, b_set = gold_set or gold, pred_set or pred
+        return bool(a_set == b_set or a_set.symmetric_difference(b_set).is_empty)
     a, b = _real_value(gold), _real_value(pred)
     if a is None or b is None:
         return None
+    if decimal is not None:
+        side, value, places = decimal
+        exact = a if side == "pred" else b
+        return _decimal_matches(value, places, Fraction(str(exact)))
     scale = max(abs(a), abs(b))
     if scale == 0:
         return True
@@ -388,11 +423,32 @@ def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
     return bool(abs(a - b) <= Float(10, EXACT_DIGITS) ** (10 - EXACT_DIGITS) * scale)
 
 
+def _relations_as_set(expr: Any) -> Any:
+    """The solution set of inequalities joined by "or" in one variable (Math-Verify parses ``x < -2 \\text{ or }
+    x > 3`` as the set ``{x < -2, x > 3}``): their union, or ``None`` for anything else."""
+    from sympy import FiniteSet, Union
+    from sympy.core.relational import Relational
+
+    if not isinstance(expr, FiniteSet) or len(expr) < 2:
+        return None
+    parts = list(expr)
+    if not all(isinstance(r, Relational) and len(r.free_symbols) == 1 for r in parts):
+        return None
+    if len(set().union(*(r.free_symbols for r in parts))) != 1:
+        return None
+    try:
+        return Union(*(r.as_set() for r in parts))
+    except Exception:  # sympy cannot solve it: leave it to Math-Verify
+        return None
+
+
 def _first_expression(parsed: list[Any]) -> Any:
     return next((p for p in parsed if not isinstance(p, str)), None)
 
 
-def _symbolic_equal(pred_in: str, gold_in: str, timeout: int | None) -> bool:
+def _symbolic_equal(
+    pred_in: str, gold_in: str, timeout: int | None, decimal: tuple[str, Fraction, int] | None = None
+) -> bool:
     from math_verify import verify
     from math_verify.utils import timeout as with_timeout
 
@@ -403,11 +459,59 @@ def _symbolic_equal(pred_in: str, gold_in: str, timeout: int | None) -> bool:
     if not pred_parsed:
         return False
     verdict = with_timeout(timeout)(_numeric_verdict)(
-        _first_expression(gold_parsed), _first_expression(pred_parsed)
+        _first_expression(gold_parsed), _first_expression(pred_parsed), decimal
     )
     if verdict is not None:
         return verdict
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout, allow_set_relation_comp=True))
+
+
+def _lone_decimal(pred: str, gold: str) -> tuple[str, Fraction, int] | None:
+    """``(side, value, places)`` when one side is a plain decimal and the other is no plain number at all."""
+    a, b = _as_exact_number(pred), _as_exact_number(gold)
+    if a is not None and b is None and a[1] is not None:
+        return "pred", a[0], a[1]
+    if b is not None and a is None and b[1] is not None:
+        return "gold", b[0], b[1]
+    return None
+
+
+def _enclosed(s: str) -> bool:
+    """Whether the first character's bracket closes at the last character (``"(1, 2)"``, not ``"(1) + (2)"``)."""
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0 and i < len(s) - 1:
+                return False
+    return depth == 0
+
+
+def _same_tuple(pred: str, gold: str) -> bool | None:
+    """Ordered tuples or intervals written with the same brackets, decided from their plain-number elements.
+
+    ``(0, 12.50001)`` vs ``(0, 12.5)``: one element pair of plain numbers differs (compared as
+    :func:`_fast_compare` compares them, exactly or by written precision), so the answer is wrong whatever the
+    rest; all pairs equal plain numbers: right; otherwise ``None`` (Math-Verify decides). Sets (braces) and lists
+    without brackets are left alone: their order does not matter.
+    """
+    p, g = pred.strip(), gold.strip()
+    if len(p) < 2 or len(g) < 2 or (p[0], p[-1]) != (g[0], g[-1]) or p[0] not in "([" or p[-1] not in ")]":
+        return None
+    if not (_enclosed(p) and _enclosed(g)):
+        return None
+    pred_parts, gold_parts = split_top_level(p[1:-1]), split_top_level(g[1:-1])
+    if len(pred_parts) < 2 or len(pred_parts) != len(gold_parts):
+        return None
+    verdicts = [
+        _fast_compare(a, b) if _as_exact_number(a) and _as_exact_number(b) else None
+        for a, b in zip(pred_parts, gold_parts)
+    ]
+    if False in verdicts:
+        return False
+    return True if all(verdicts) else None
 
 
 _ELLIPSIS = re.compile(r"\\(?:[lc]?dots[cbi]?|ldotp|cdotp)|\.\.\.|\u2026|\u22ef")
@@ -416,20 +520,42 @@ _ELLIPSIS = re.compile(r"\\(?:[lc]?dots[cbi]?|ldotp|cdotp)|\.\.\.|\u2026|\u22ef"
 def _same_sequence(pred: str, gold: str, timeout: int | None) -> bool | None:
     """Lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compared element by element, else ``None``.
 
-    Equal when both have the same number of elements, the ellipses stand at the same places and every other
-    element pair is equal (:func:`_fast_compare`, then Math-Verify). Math-Verify cannot parse such a list: it
-    drops the dots or reads the list as one product, so ``1, 3, 5, \\ldots, 2n-1`` "equals" ``1, 2, \\ldots, n``.
+    Each list is read as head, ellipsis, tail. Equal when both have one ellipsis, the tails (``2n-1``) are equal
+    element by element, and the heads are too, except that a head of two or more terms may be a prefix of the
+    other's where there is a tail: ``1, 2, \\ldots, 10`` is ``1, 2, 3, \\ldots, 10``, but ``2, 4, \\ldots`` is not
+    ``2, 4, 8, \\ldots`` (without a last term two terms do not fix the sequence). Elements compare with
+    :func:`_fast_compare`, then Math-Verify. Math-Verify cannot parse such a list: it drops the dots or reads the
+    list as one product, so ``1, 3, 5, \\ldots, 2n-1`` "equals" ``1, 2, \\ldots, n``.
     """
     pred_parts, gold_parts = split_top_level(pred), split_top_level(gold)
     pred_dots = [i for i, p in enumerate(pred_parts) if _ELLIPSIS.fullmatch(p)]
     gold_dots = [i for i, g in enumerate(gold_parts) if _ELLIPSIS.fullmatch(g)]
     if not pred_dots and not gold_dots:
         return None
-    if len(pred_parts) != len(gold_parts) or pred_dots != gold_dots:
+    if len(pred_dots) != 1 or len(gold_dots) != 1:
+        return (
+            len(pred_parts) == len(gold_parts)
+            and pred_dots == gold_dots
+            and _all_equal(
+                [(p, g) for i, (p, g) in enumerate(zip(pred_parts, gold_parts)) if i not in gold_dots],
+                timeout,
+            )
+        )
+    (pd,), (gd,) = pred_dots, gold_dots
+    pred_head, pred_tail = pred_parts[:pd], pred_parts[pd + 1 :]
+    gold_head, gold_tail = gold_parts[:gd], gold_parts[gd + 1 :]
+    if len(pred_tail) != len(gold_tail):
         return False
-    for i, (p, g) in enumerate(zip(pred_parts, gold_parts)):
-        if i in gold_dots:
-            continue
+    if len(pred_head) != len(gold_head):
+        if not pred_tail or min(len(pred_head), len(gold_head)) < 2:
+            return False
+        shortest = min(len(pred_head), len(gold_head))
+        pred_head, gold_head = pred_head[:shortest], gold_head[:shortest]
+    return _all_equal(list(zip(pred_head + pred_tail, gold_head + gold_tail)), timeout)
+
+
+def _all_equal(pairs: list[tuple[str, str]], timeout: int | None) -> bool:
+    for p, g in pairs:
         same = _fast_compare(p, g)
         if same is None:
             same = _symbolic_equal(f"${p}$", f"${g}$", timeout)
@@ -446,7 +572,12 @@ def _ground_truth_text(ground_truth: Any) -> str:
     if isinstance(ground_truth, float):
         if not math.isfinite(ground_truth):
             raise ValueError(f"ground_truth is not finite: {ground_truth}")
-        return str(int(ground_truth)) if ground_truth.is_integer() else repr(ground_truth)
+        # 27.0 -> "27"; 6.02e23 stays "6.02e+23" (int() would spell out its binary rounding error)
+        return (
+            str(int(ground_truth))
+            if ground_truth.is_integer() and abs(ground_truth) < 2**53
+            else repr(ground_truth)
+        )
     if isinstance(ground_truth, str):
         return ground_truth
     raise TypeError(f"ground_truth must be str, int or float, got {type(ground_truth).__name__}")
@@ -530,7 +661,14 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
         if correct is None:
             correct = _fast_compare(pred, gold)
         if correct is None:
-            correct = _symbolic_equal(_to_latex_input(pred, raw), _to_latex_input(gold, gold_raw), timeout)
+            correct = _same_tuple(pred, gold)
+        if correct is None:
+            correct = _symbolic_equal(
+                _to_latex_input(pred, raw),
+                _to_latex_input(gold, gold_raw),
+                timeout,
+                _lone_decimal(pred, gold),
+            )
     except (Exception, TimeoutException) as exc:  # a verifier must never raise on model output
         return error_result(exc)
     return {"score": CORRECT_SCORE if correct else WRONG_SCORE, "acc": bool(correct), "pred": pred}
