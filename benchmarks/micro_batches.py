@@ -5,8 +5,8 @@ One `Actor.update` (forward + backward + optimizer step) over the same batch of 
 - `padded`: `actor.ppo_micro_batch_size` rows at a time in batch order, each micro-batch padded to its longest row
   (what the trainer did before `use_dynamic_bsz`);
 - `budget`: `actor.use_dynamic_bsz` with padded forwards: rows of similar length together, each micro-batch at
-  most `ppo_max_token_len_per_gpu` tokens counting padding (budget = the padded size of the baseline's largest
-  micro-batch, so peak memory is no higher);
+  most `ppo_max_token_len_per_gpu` tokens counting padding (budget: twice the longest sequence, verl's rule of
+  thumb of 2-3x (prompt + response); below the baseline's largest micro-batch, so peak memory is lower too);
 - `budget+packed`: the same budget with `actor.use_remove_padding` (sequences packed into one row).
 
 Length spreads (byte tokenizer, one token per byte): `dapo`, prompts from DAPO-Math-17k and responses from the
@@ -71,6 +71,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--micro", type=int, default=8, help="rows per micro-batch of the padded baseline")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--budget",
+        type=int,
+        default=0,
+        help="token budget (default: the padded size of the largest padded micro-batch)",
+    )
+    ap.add_argument("--spreads", default="dapo,embedded")
     args = ap.parse_args()
     torch.manual_seed(0)
     tok = build_tiny_tokenizer()
@@ -87,13 +94,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Qwen2ForCausalLM(cfg).save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        for spread, lengths in (("dapo", dapo_lengths(args.rows)), ("embedded", embedded_lengths(args.rows))):
+        spreads = {"dapo": dapo_lengths, "embedded": embedded_lengths}
+        for spread in args.spreads.split(","):
+            lengths = spreads[spread](args.rows)
             batch = make_batch(lengths, tok.pad_token_id)
             real = int(batch.attention_mask.sum())
-            biggest = max(
-                len(lengths[s : s + args.micro]) * max(p + r for p, r in lengths[s : s + args.micro])
-                for s in range(0, len(lengths), args.micro)
-            )
+            biggest = args.budget or 2 * max(p + r for p, r in lengths)
             ways = {
                 "padded": {"ppo_micro_batch_size": args.micro},
                 "budget": {

@@ -28,6 +28,7 @@ REQUIRED = [
     "time/old_log_prob_s",
     "time/sync_weights_s",
     "perf/tokens_per_s",
+    "perf/mfu",
     "rollout_corr/rollout_is_mean",
     "rollout_corr/k3_kl",
 ]

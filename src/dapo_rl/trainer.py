@@ -37,6 +37,7 @@ from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, load_samples, reasoning_gym_samples
 from dapo_rl.data.dataset import DataError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
+from dapo_rl.perf import matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
@@ -115,6 +116,13 @@ class Trainer:
             trust_remote_code=cfg.model.trust_remote_code,
             temperature=cfg.rollout.temperature,
         )
+        compute_dtype = (
+            torch.bfloat16 if "bfloat16" in (cfg.actor.autocast_dtype, cfg.model.dtype) else torch.float32
+        )
+        self.n_params = sum(
+            p.numel() for p in self.actor.model.parameters()
+        )  # DTensors count their full size
+        self.peak_flops = matmul_peak_flops(ctx.device, compute_dtype) * ctx.world_size
         try:
             self.engine = build_engine(
                 cfg.rollout,
@@ -350,6 +358,8 @@ class Trainer:
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
         metrics["time/sync_weights_s"] = t3 - t2
         metrics["perf/tokens_per_s"] = tokens / max(t3 - t0, 1e-9)
+        recomputed = tokens if upd["time/old_log_prob_s"] > 0 else 0.0
+        metrics["perf/mfu"] = training_mfu(self.n_params, tokens, recomputed, t2 - t1, self.peak_flops)
         return metrics
 
     def fit(self) -> list[dict]:
