@@ -8,7 +8,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -18,6 +18,7 @@ from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_corre
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
 from dapo_rl.distributed.balance import token_budget_bins
+from dapo_rl.perf import choose_autocast_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -228,6 +229,9 @@ class Actor:
         model = load_model(model_path, dtype, trust_remote_code).to(self.ctx.device)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.autocast_dtype == "auto":  # the trainer resolves it first (and logs why); a direct caller here
+            cfg = replace(cfg, autocast_dtype=choose_autocast_dtype("auto", self.ctx.device)[0])
+            self.cfg = cfg
         bf16 = cfg.autocast_dtype == "bfloat16"
         if self.ctx.distributed:
             from dapo_rl.distributed.fsdp import shard_model

@@ -331,7 +331,7 @@ def plan_recipe(
     # --- memory per rank ---------------------------------------------------------------------------------------
     n = shape["num_params"]
     pbytes = _DTYPE_BYTES[cfg.model.dtype]
-    cbytes = 2 if act.autocast_dtype == "bfloat16" else pbytes
+    cbytes = 2 if act.autocast_dtype in ("bfloat16", "auto") else pbytes  # auto: bf16 on a GPU
     params = math.ceil(n * pbytes / world)
     grads = params
     optimizer = 2 * params  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype

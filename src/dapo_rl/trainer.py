@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -37,7 +38,7 @@ from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, load_samples, reasoning_gym_samples
 from dapo_rl.data.dataset import DataError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
-from dapo_rl.perf import matmul_peak_flops, training_mfu
+from dapo_rl.perf import choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
@@ -107,22 +108,28 @@ class Trainer:
         load_path = str(ckpt / "model") if ckpt is not None else self._base_model_path()
         self._setup_tokenizer(load_path)
         self._setup_data()
+        autocast, reason, peak = choose_autocast_dtype(cfg.actor.autocast_dtype, ctx.device)
+        # every rank must compute alike: bf16 only if it is the choice everywhere
+        if all_reduce([float(autocast == "none")], ctx, op="max")[0] > 0:
+            autocast = "none"
+        self.autocast_dtype = autocast
+        if ctx.rank == 0 and cfg.actor.autocast_dtype != "none":
+            self.log(f"actor: {reason}")
         self.actor = Actor(
             load_path,
-            cfg.actor,
+            replace(cfg.actor, autocast_dtype=autocast),
             cfg.algorithm,
             ctx,
             dtype=cfg.model.dtype,
             trust_remote_code=cfg.model.trust_remote_code,
             temperature=cfg.rollout.temperature,
         )
-        compute_dtype = (
-            torch.bfloat16 if "bfloat16" in (cfg.actor.autocast_dtype, cfg.model.dtype) else torch.float32
-        )
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
         )  # DTensors count their full size
-        self.peak_flops = matmul_peak_flops(ctx.device, compute_dtype) * ctx.world_size
+        if cfg.model.dtype == "bfloat16" and autocast == "none":  # bf16 parameters compute in bf16 anyway
+            peak = matmul_peak_flops(ctx.device, torch.bfloat16)
+        self.peak_flops = peak * ctx.world_size
         try:
             self.engine = build_engine(
                 cfg.rollout,
@@ -131,7 +138,7 @@ class Trainer:
                 max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
                 seed=cfg.trainer.seed,
                 # the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do)
-                dtype="bfloat16" if cfg.actor.autocast_dtype == "bfloat16" else cfg.model.dtype,
+                dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
                 trust_remote_code=cfg.model.trust_remote_code,
                 ctx=ctx,
             )
