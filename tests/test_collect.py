@@ -112,3 +112,35 @@ def test_nothing_to_keep_stops_with_the_message_or_trains_on_a_partial_batch(par
     assert len(groups) == 4 and stats["train/acc_mean"] == 0.0 and stats["train/num_gen_batches"] == 1
     batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
     assert torch.equal(batch.advantages, torch.zeros(16))  # all-equal groups carry no signal
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_scoring_overlapped_with_generation_gives_the_same_batch(parts, workers):
+    """With a micro-batch of 8 sequences the engine yields a round of 8 prompts x 4 in 4 chunks; each is scored in
+    a thread while the next is sampled. Same rollouts, rewards and kept groups as scoring after the round."""
+    tok, _, ds = parts
+    engine = HFRolloutEngine(parts[1].model, tok, micro_batch_size=8)
+    runs = []
+    for overlap in (False, True):
+        # a generous time limit: the scoring process shares the cores with generation here
+        cfg = _cfg("first_byte_parity", f"reward.overlap={str(overlap).lower()}", "reward.timeout_s=120")
+        with RewardPool(cfg.reward.name, num_workers=workers) as pool:
+            scorer = Scorer(tok, pool, 6, cfg.algorithm.overlong_buffer)
+            groups, stats = collect_batch(engine, scorer, EpochSampler(len(ds), seed=0), ds, cfg, step=1)
+        runs.append(
+            ([(g.key, [(r.response_ids, r.reward, r.acc) for r in g.rollouts]) for g in groups], stats)
+        )
+        assert scorer.seconds > 0 and stats["time/generate_s"] > 0
+    (plain, s0), (overlapped, s1) = runs
+    assert plain == overlapped and len(plain) == 4
+    assert {k: v for k, v in s0.items() if not k.startswith("time/")} == {
+        k: v for k, v in s1.items() if not k.startswith("time/")
+    }
+    chunks = list(engine.generate_chunks([ds.prompt_ids[i] for i in range(8)], _sampling()))
+    assert len(chunks) == 4 and all(len(c) == 2 for c in chunks)
+
+
+def _sampling():
+    from dapo_rl.rollout import SamplingParams
+
+    return SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=3)

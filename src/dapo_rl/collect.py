@@ -228,7 +228,10 @@ def sample_groups(
     engine, dataset: PromptDataset, indices: Sequence[int], params: SamplingParams
 ) -> list[list[Rollout]]:
     """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s)."""
-    outputs = engine.generate([dataset.prompt_ids[i] for i in indices], params)
+    return _rollouts(dataset, indices, engine.generate([dataset.prompt_ids[i] for i in indices], params))
+
+
+def _rollouts(dataset: PromptDataset, indices: Sequence[int], outputs) -> list[list[Rollout]]:
     return [
         [
             Rollout(
@@ -244,6 +247,53 @@ def sample_groups(
         ]
         for i, outs in zip(indices, outputs)
     ]
+
+
+def sample_and_score(
+    engine,
+    scorer: Scorer,
+    dataset: PromptDataset,
+    indices: Sequence[int],
+    params: SamplingParams,
+    overlap: bool = True,
+    step: int = 0,
+    rank: int = 0,
+) -> tuple[list[list[Rollout]], float]:
+    """`sample_groups` then `scorer`, overlapped where the engine yields its round in chunks (`generate_chunks`):
+    chunk k is scored in a background thread while chunk k+1 is sampled. Same rollouts, same rewards, in the same
+    order as without overlap; `scorer.seconds` then counts scoring time that ran alongside generation.
+
+    Returns:
+        `(groups, generate_seconds)`: the scored groups and the wall time spent inside the engine.
+    """
+    chunks = getattr(engine, "generate_chunks", None)
+    if not overlap or chunks is None:
+        t0 = time.perf_counter()
+        sampled = sample_groups(engine, dataset, indices, params)
+        gen_s = time.perf_counter() - t0
+        crash_point("rollout", step, rank)
+        scorer([x for g in sampled for x in g])
+        return sampled, gen_s
+    from concurrent.futures import ThreadPoolExecutor
+
+    sampled: list[list[Rollout]] = []
+    gen_s = 0.0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-score") as pool:
+        futures = []
+        stream = chunks([dataset.prompt_ids[i] for i in indices], params)
+        while True:
+            t0 = time.perf_counter()
+            outs = next(stream, None)
+            gen_s += time.perf_counter() - t0
+            if outs is None:
+                break
+            part = _rollouts(dataset, indices[len(sampled) : len(sampled) + len(outs)], outs)
+            sampled.extend(part)
+            futures.append(pool.submit(scorer, [x for g in part for x in g]))
+        crash_point("rollout", step, rank)
+        for f in futures:
+            f.result()
+    return sampled, gen_s
 
 
 def generation_seed(seed: int, step: int, round_: int, rank: int = 0) -> int:
@@ -281,7 +331,8 @@ def collect_batch(
 
     Returns:
         `(groups, stats)`: the training batch's groups (all ranks') and statistics over every response generated
-        this step on all ranks (all rounds), not only the kept ones.
+        this step on all ranks (all rounds), not only the kept ones; `time/generate_s` is this rank's time in the
+        engine.
 
     Raises:
         DynamicSamplingExhausted: `max_num_gen_batches` rounds did not fill the batch and `on_exhausted` is `error`
@@ -294,6 +345,7 @@ def collect_batch(
     kept: list[PromptGroup] = []
     generated: list[PromptGroup] = []
     rounds = 0
+    generate_s = 0.0
     while True:
         rounds += 1
         indices = sampler.next(cfg.data.gen_batch_size)
@@ -306,9 +358,17 @@ def collect_batch(
             max_tokens=cfg.data.max_response_length,
             seed=generation_seed(cfg.trainer.seed, step, rounds, ctx.rank),
         )
-        sampled = sample_groups(engine, dataset, [indices[p] for p in positions], params)
-        crash_point("rollout", step, ctx.rank)
-        scorer([x for g in sampled for x in g])
+        sampled, seconds = sample_and_score(
+            engine,
+            scorer,
+            dataset,
+            [indices[p] for p in positions],
+            params,
+            ctx.device.type != "cpu" if cfg.reward.overlap is None else cfg.reward.overlap,
+            step,
+            ctx.rank,
+        )
+        generate_s += seconds
         groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]
         generated.extend(groups)
         if fg.enable and groups:
@@ -341,7 +401,8 @@ def collect_batch(
                 "some but not all of these problems."
             )
     batch = sorted((g for part in all_gather_objects(kept, ctx) for g in part), key=lambda g: g.key)[:want]
-    return batch, _step_stats(generated, rounds, total_kept, ctx) | {"train/kept_groups": len(batch)}
+    stats = _step_stats(generated, rounds, total_kept, ctx) | {"train/kept_groups": len(batch)}
+    return batch, stats | {"time/generate_s": generate_s}
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:

@@ -199,6 +199,12 @@ class RewardConfig:
     """Seconds one answer may take to score; past it the worker is killed and the answer scores as wrong."""
     num_workers: int = 1
     """Scoring processes (0: score in the trainer's process, without the hard time limit)."""
+    overlap: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """Score each chunk of a generation round in a background thread while the engine samples the next chunk
+    (engines that yield chunks: the transformers engine, one chunk per `rollout.micro_batch_size` sequences). The
+    rewards are the same either way, as long as no answer runs out of `timeout_s`. null: on when the actor runs on
+    a GPU; off on a CPU, where generation already keeps every core busy and the scoring processes would only
+    compete with it (and their time limits run on a wall clock)."""
     repetition_penalty: RepetitionPenaltyConfig = field(default_factory=RepetitionPenaltyConfig)
 
 

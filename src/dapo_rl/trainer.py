@@ -359,8 +359,7 @@ class Trainer:
         metrics["train/skipped_updates"] = upd["actor/num_skipped_steps"]
         metrics.update({k: v for k, v in upd.items() if k.startswith("rollout_corr/")})
         score_s = self.scorer.seconds - scored_before
-        metrics["time/generate_s"] = t1 - t0 - score_s
-        metrics["time/score_s"] = score_s
+        metrics["time/score_s"] = score_s  # overlaps time/generate_s (from collect_batch) with reward.overlap
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
         metrics["time/sync_weights_s"] = t3 - t2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -44,7 +44,6 @@ class HFRolloutEngine:
             if name in params:
                 params[name].copy_(tensor)
 
-    @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """Sample `params.n` responses per prompt.
 
@@ -56,6 +55,14 @@ class HFRolloutEngine:
             For each prompt, `n` `GenerationOutput`s whose log-probs are those of the temperature-scaled
             distribution (before top-k/top-p), as vLLM's `processed_logprobs` mode.
         """
+        return [group for chunk in self.generate_chunks(prompts, params) for group in chunk]
+
+    def generate_chunks(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> Iterator[list[list[GenerationOutput]]]:
+        """`generate`, one micro-batch (`micro_batch_size // n` prompts) at a time: each chunk's groups are
+        yielded as soon as they are sampled, so the caller can score them while the next chunk is generated. The
+        concatenated chunks are exactly `generate`'s result (one seed, set before the first chunk)."""
         from transformers import GenerationConfig
 
         if params.seed is not None:
@@ -74,9 +81,9 @@ class HFRolloutEngine:
         )
         n = params.n
         per_chunk = max(1, self.micro_batch_size // n)
-        results: list[list[GenerationOutput]] = []
         device = next(self.model.parameters()).device
         for start in range(0, len(prompts), per_chunk):
+            results: list[list[GenerationOutput]] = []
             chunk = prompts[start : start + per_chunk]
             width = max(len(p) for p in chunk)
             ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
@@ -86,7 +93,8 @@ class HFRolloutEngine:
                 mask[i, width - len(p) :] = 1
             ids = ids.repeat_interleave(n, dim=0).to(device)
             mask = mask.repeat_interleave(n, dim=0).to(device)
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+            with torch.no_grad():  # not around the yield: grad mode is thread state the caller would inherit
+                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
             gen = out.sequences[:, width:].cpu()
             logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, L, V) raw logits
             if not greedy:
@@ -111,4 +119,4 @@ class HFRolloutEngine:
                         )
                     )
                 results.append(group)
-        return results
+            yield results
