@@ -29,11 +29,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig
-from dapo_rl.models.tiny import build_tiny_tokenizer
+from dapo_rl.models.tiny import save_tiny_checkpoint
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -75,25 +74,12 @@ def main() -> None:
         "--budget",
         type=int,
         default=0,
-        help="token budget (default: the padded size of the largest padded micro-batch)",
+        help="token budget (default: twice the longest sequence)",
     )
     ap.add_argument("--spreads", default="dapo,embedded")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    tok = build_tiny_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
     with tempfile.TemporaryDirectory() as tmp:
-        Qwen2ForCausalLM(cfg).save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+        tok = save_tiny_checkpoint(tmp, hidden_size=256, intermediate_size=1024, num_layers=4, num_kv_heads=2)
         spreads = {"dapo": dapo_lengths, "embedded": embedded_lengths}
         for spread in args.spreads.split(","):
             lengths = spreads[spread](args.rows)

@@ -28,27 +28,9 @@ from pathlib import Path
 
 
 def build_model(path: Path) -> None:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from dapo_rl.models.tiny import save_tiny_checkpoint
 
-    from dapo_rl.models.tiny import build_tiny_tokenizer
-
-    tok = build_tiny_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
+    save_tiny_checkpoint(path, hidden_size=256, intermediate_size=1024, num_layers=4, num_kv_heads=2)
 
 
 def step_time(model: Path, out: Path, prompts: int, n: int, length: int, steps: int) -> float:

@@ -1,8 +1,9 @@
 """dapo-rl against TRL's GRPOTrainer (`loss_type="dapo"`) on the same work, side by side in one run.
 
-Same model weights, same rendered prompts, same reward function (dapo-rl's verifier for the task), same group size,
-batch and lengths, clip 0.2 / 0.28, token-mean loss, no KL, one optimizer step per RL step over micro-batches of
-64, no dynamic sampling and no overlong shaping on either side. Each side runs in its own process, one after the
+Same model weights, the same task and prompt rendering, the same reward function (dapo-rl's verifier for the
+task), same group size, batch and lengths, clip 0.2 / 0.28, token-mean loss, no KL, one optimizer step per RL step
+over micro-batches of 64, no dynamic sampling and no overlong shaping on either side; both compute in bf16 where
+this CPU runs bf16 faster than fp32 (`actor.autocast_dtype=auto`; TRL's `bf16=True`), else fp32. Each side runs in its own process, one after the
 other; the median step time after `--warmup` steps is reported, with each side's FLOP floor: 2N FLOPs per
 generated token plus 6N per trained (prompt + response) token, at the fp32 matmul peak measured in this run.
 The ratio TRL / dapo-rl is printed last.
@@ -32,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dapo_rl.perf import matmul_peak_flops
+from dapo_rl.perf import choose_autocast_dtype, matmul_peak_flops
 
 TASK = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
 SIZES = {
@@ -42,29 +43,17 @@ SIZES = {
 
 
 def build_110m(path: Path) -> None:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """Qwen2-shaped, hidden 768, 12 layers, 12 heads, intermediate 3072, byte vocabulary: 113M parameters."""
+    from dapo_rl.models.tiny import save_tiny_checkpoint
 
-    from dapo_rl.models.tiny import build_tiny_tokenizer
-
-    tok = build_tiny_tokenizer()
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
+    save_tiny_checkpoint(
+        path,
         hidden_size=768,
         intermediate_size=3072,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=12,
+        num_layers=12,
+        num_heads=12,
         max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
     )
-    import torch
-
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
 
 
 def task_rows(count: int) -> list[dict]:
@@ -125,7 +114,7 @@ def run_trl(model: str, size: dict, steps: int, out: Path) -> dict:
         save_strategy="no",
         report_to=[],
         use_cpu=True,
-        bf16=False,
+        bf16=choose_autocast_dtype("auto", "cpu")[0] == "bfloat16",  # as dapo-rl's default: bf16 where native
         shuffle_dataset=False,
         seed=0,
         disable_dropout=True,

@@ -6,7 +6,7 @@ import torch
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig
 from dapo_rl.distributed.balance import token_budget_bins
-from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+from dapo_rl.models.tiny import save_tiny_checkpoint
 
 
 def test_padded_bins_are_runs_of_similar_lengths_within_the_budget():
@@ -35,9 +35,7 @@ def test_num_bins_halves_the_widest_bin():
 
 # --------------------------------------------------------------------------------------------- real model
 def _setup(tmp_path):
-    tok = build_tiny_tokenizer()
-    build_tiny_model(seed=5).save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
+    tok = save_tiny_checkpoint(tmp_path, seed=5)
     g = torch.Generator().manual_seed(0)
     prompts, responses = [], []
     for i in range(10):  # a DAPO-like spread: prompts 4-12 tokens, responses 1-60 tokens

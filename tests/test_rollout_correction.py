@@ -16,7 +16,7 @@ from dapo_rl.config import (
     load_config,
     validate_config,
 )
-from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+from dapo_rl.models.tiny import save_tiny_checkpoint
 
 L = math.log
 # Row 0: pi_old = (0.5, 0.3), mu = (0.25, 0.6) -> token ratios (2, 0.5), product 1, geometric mean 1.
@@ -143,10 +143,7 @@ def test_config_validation():
 
 # ------------------------------------------------------------------------------------------ the real actor
 def _tiny(path):
-    tok = build_tiny_tokenizer()
-    build_tiny_model(seed=3).save_pretrained(path)
-    tok.save_pretrained(path)
-    return tok
+    return save_tiny_checkpoint(path, seed=3)
 
 
 def _batch(tok, minibatches=1):
