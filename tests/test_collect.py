@@ -124,7 +124,7 @@ def test_scoring_overlapped_with_generation_gives_the_same_batch(parts, workers)
     for overlap in (False, True):
         # a generous time limit: the scoring process shares the cores with generation here
         cfg = _cfg("first_byte_parity", f"reward.overlap={str(overlap).lower()}", "reward.timeout_s=120")
-        with RewardPool(cfg.reward.name, num_workers=workers) as pool:
+        with RewardPool(cfg.reward.name, num_workers=workers, timeout_s=cfg.reward.timeout_s) as pool:
             scorer = Scorer(tok, pool, 6, cfg.algorithm.overlong_buffer)
             groups, stats = collect_batch(engine, scorer, EpochSampler(len(ds), seed=0), ds, cfg, step=1)
         runs.append(
