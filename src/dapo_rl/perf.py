@@ -22,7 +22,8 @@ BF16_MIN_SPEEDUP = 1.3
 def matmul_peak_flops(
     device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, size: int = 0
 ) -> float:
-    """FLOP/s of the best of several `size` x `size` matmuls on `device` in `dtype` (one process, its threads).
+    """FLOP/s of the best of several `size` x `size` matmuls on `device` in `dtype` (one process, its threads); one
+    matmul only when the first takes over half a second.
 
     Args:
         device: where to measure.
@@ -41,9 +42,12 @@ def matmul_peak_flops(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    t0 = time.perf_counter()
     torch.mm(a, b)
     sync()
-    best = float("inf")
+    best = time.perf_counter() - t0
+    if best > 0.5:  # a dtype without native support (bf16 on an AVX2 CPU): one slow matmul says enough
+        return 2.0 * size**3 / best
     for _ in range(5):
         t0 = time.perf_counter()
         torch.mm(a, b)
@@ -72,31 +76,29 @@ def training_mfu(
     return (6.0 * n_params * trained_tokens + 2.0 * n_params * recomputed_tokens) / seconds / peak_flops
 
 
-def choose_autocast_dtype(setting: str, device: torch.device | str, measure=None) -> tuple[str, str, float]:
+def choose_autocast_dtype(setting: str, device: torch.device | str, measure=None) -> tuple[str, str]:
     """Resolve `actor.autocast_dtype` (`none`, `bfloat16` or `auto`) for this device, measuring rather than guessing.
 
-    `auto` means bf16 only where it is faster: one fp32 and one bf16 matmul are timed on `device`
-    (:func:`matmul_peak_flops`), and bf16 is chosen when it runs at least :data:`BF16_MIN_SPEEDUP` x faster --
-    GPUs, and CPUs with native bf16 (AVX512-BF16, AMX); a CPU without it runs bf16 matmuls at a small fraction
-    of fp32 (0.3 against 107 GFLOP/s on an AVX2 EPYC), so fp32 is kept there.
+    `auto` means bf16 only where it is faster: one fp32 and one bf16 matmul are timed on `device` (256 x 256 on a
+    CPU, where a bf16 matmul without native support runs at ~0.3 GFLOP/s and a larger probe would take seconds),
+    and bf16 is chosen when it runs at least :data:`BF16_MIN_SPEEDUP` x faster -- GPUs, and CPUs with native bf16
+    (AVX512-BF16, AMX); elsewhere fp32 is kept. `none` and `bfloat16` are kept as they are, without measuring.
 
     Args:
         setting: the configured value.
         device: the actor's device.
-        measure: ``measure(device, dtype) -> FLOP/s``; default :func:`matmul_peak_flops`.
+        measure: ``measure(device, dtype) -> FLOP/s``; default :func:`matmul_peak_flops` at the probe size.
 
     Returns:
-        ``(dtype, reason, peak_flops)``: ``"bfloat16"`` or ``"none"``, a sentence for the log, and the measured
-        FLOP/s of the chosen compute dtype.
+        ``(dtype, reason)``: ``"bfloat16"`` or ``"none"``, and a sentence for the log.
     """
-    measure = measure or matmul_peak_flops
-    fp32 = measure(device, torch.float32)
-    if setting == "none":
-        return "none", "fp32 compute (actor.autocast_dtype=none)", fp32
-    bf16 = measure(device, torch.bfloat16)
-    figures = f"bf16 matmul {bf16 / 1e9:.1f} GFLOP/s, fp32 {fp32 / 1e9:.1f} GFLOP/s on this {torch.device(device).type}"
-    if setting == "bfloat16":
-        return "bfloat16", f"bf16 compute (actor.autocast_dtype=bfloat16; {figures})", bf16
+    if setting in ("none", "bfloat16"):
+        return setting, f"actor.autocast_dtype={setting}"
+    device = torch.device(device)
+    size = 256 if device.type == "cpu" else 0
+    measure = measure or (lambda d, t: matmul_peak_flops(d, t, size=size))
+    fp32, bf16 = measure(device, torch.float32), measure(device, torch.bfloat16)
+    figures = f"bf16 matmul {bf16 / 1e9:.1f} GFLOP/s, fp32 {fp32 / 1e9:.1f} GFLOP/s on this {device.type}"
     if bf16 >= BF16_MIN_SPEEDUP * fp32:
-        return "bfloat16", f"bf16 compute chosen by actor.autocast_dtype=auto: {figures}", bf16
-    return "none", f"fp32 compute chosen by actor.autocast_dtype=auto: no native bf16 here ({figures})", fp32
+        return "bfloat16", f"bf16 compute chosen by actor.autocast_dtype=auto: {figures}"
+    return "none", f"fp32 compute chosen by actor.autocast_dtype=auto: no native bf16 here ({figures})"

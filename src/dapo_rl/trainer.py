@@ -108,12 +108,12 @@ class Trainer:
         load_path = str(ckpt / "model") if ckpt is not None else self._base_model_path()
         self._setup_tokenizer(load_path)
         self._setup_data()
-        autocast, reason, peak = choose_autocast_dtype(cfg.actor.autocast_dtype, ctx.device)
+        autocast, reason = choose_autocast_dtype(cfg.actor.autocast_dtype, ctx.device)
         # every rank must compute alike: bf16 only if it is the choice everywhere
         if all_reduce([float(autocast == "none")], ctx, op="max")[0] > 0:
             autocast = "none"
         self.autocast_dtype = autocast
-        if ctx.rank == 0 and cfg.actor.autocast_dtype != "none":
+        if ctx.rank == 0 and cfg.actor.autocast_dtype == "auto":
             self.log(f"actor: {reason}")
         self.actor = Actor(
             load_path,
@@ -127,9 +127,12 @@ class Trainer:
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
         )  # DTensors count their full size
-        if cfg.model.dtype == "bfloat16" and autocast == "none":  # bf16 parameters compute in bf16 anyway
-            peak = matmul_peak_flops(ctx.device, torch.bfloat16)
-        self.peak_flops = peak * ctx.world_size
+        bf16 = (
+            autocast == "bfloat16" or cfg.model.dtype == "bfloat16"
+        )  # bf16 parameters compute in bf16 anyway
+        self.peak_flops = (
+            matmul_peak_flops(ctx.device, torch.bfloat16 if bf16 else torch.float32) * ctx.world_size
+        )
         try:
             self.engine = build_engine(
                 cfg.rollout,
