@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -565,7 +566,8 @@ class Actor:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
         del full
-        dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
+        with _single_process_dcp(self.ctx):
+            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore model, optimizer and scheduler from `save`'s `dcp/` (at any world size; a collective).
@@ -583,7 +585,8 @@ class Actor:
                 f"(its {path / 'model'} still loads as a model: start a new run with model.path set to it)"
             )
         state = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
+        with _single_process_dcp(self.ctx):
+            dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
         )
@@ -594,6 +597,16 @@ class Actor:
 
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
+
+
+@contextlib.contextmanager
+def _single_process_dcp(ctx: DistContext):
+    """torch.distributed.checkpoint warns on every call without a process group, although `no_dist=True` says that
+    one process is meant; one process is the ordinary case here, so that warning is silenced (and only it)."""
+    with warnings.catch_warnings():
+        if not ctx.distributed:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

@@ -133,7 +133,8 @@ class MismatchStats:
     - ``rollout_corr/rollout_rs_masked_fraction``: share of response tokens the rejection mask removed;
     - ``rollout_corr/log_ppl_diff``: mean over responses of ``log_ppl(mu) - log_ppl(pi_train)``, where
       ``log_ppl = -mean_t log p`` (positive: the engine was less sure than the trainer);
-    - ``rollout_corr/kl``: token mean of ``log mu - log pi_train`` (KL(mu || pi_train), can be negative);
+    - ``rollout_corr/kl``: token mean of ``log mu - log pi_train`` (the plain k1 estimator of KL(mu || pi_train):
+      unbiased but noisy, so a batch can give a small negative value);
     - ``rollout_corr/k3_kl``: token mean of ``exp(lr) - lr - 1`` (Schulman's k3 estimator, >= 0).
     """
 
