@@ -476,19 +476,6 @@ def _lone_decimal(pred: str, gold: str) -> tuple[str, Fraction, int] | None:
     return None
 
 
-def _enclosed(s: str) -> bool:
-    """Whether the first character's bracket closes at the last character (``"(1, 2)"``, not ``"(1) + (2)"``)."""
-    depth = 0
-    for i, ch in enumerate(s):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0 and i < len(s) - 1:
-                return False
-    return depth == 0
-
-
 def _same_tuple(pred: str, gold: str) -> bool | None:
     """Ordered tuples or intervals written with the same brackets, decided from their plain-number elements.
 
@@ -500,15 +487,14 @@ def _same_tuple(pred: str, gold: str) -> bool | None:
     p, g = pred.strip(), gold.strip()
     if len(p) < 2 or len(g) < 2 or (p[0], p[-1]) != (g[0], g[-1]) or p[0] not in "([" or p[-1] not in ")]":
         return None
-    if not (_enclosed(p) and _enclosed(g)):
+    if _group_after(p, 0) != p or _group_after(g, 0) != g:  # "(1) + (2)" is not one bracketed tuple
         return None
     pred_parts, gold_parts = split_top_level(p[1:-1]), split_top_level(g[1:-1])
     if len(pred_parts) < 2 or len(pred_parts) != len(gold_parts):
         return None
     verdicts = [
-        _fast_compare(a, b) if _as_exact_number(a) and _as_exact_number(b) else None
-        for a, b in zip(pred_parts, gold_parts)
-    ]
+        _fast_compare(a, b) for a, b in zip(pred_parts, gold_parts)
+    ]  # False only for differing numbers
     if False in verdicts:
         return False
     return True if all(verdicts) else None
