@@ -1,5 +1,7 @@
 """The tiny model recipe, the transformers rollout engine and the actor's log-probs, on the real tiny model."""
 
+import math
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -131,3 +133,23 @@ def test_train_batch_packing_and_overlong_filtering_mask():
     assert b2.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     sub = b2.slice(torch.tensor([1]))
     assert sub.input_ids.tolist() == [[8, 3, 4]] and sub.response_mask.tolist() == [[1, 1]]
+
+
+def test_top_k_off_samples_the_whole_vocabulary(tmp_path):
+    """top_k <= 0 means no truncation: transformers' default (top_k=50) must not creep in. The model is made almost
+    uniform over its 258 tokens with distinct logits (the final norm keeps one hidden dimension, whose embedding
+    column is a small ramp), so 512 first tokens cover ~223 distinct ids (258 * (1 - (1 - 1/258)^512)); a top-50
+    truncation could show at most 50, and top_k=20 shows at most 20."""
+    tok = _save_tiny(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        model.model.embed_tokens.weight[:, 0] = torch.linspace(0.0, 0.01, 258)  # tied: the LM head's column too
+    engine = HFRolloutEngine(model, tok, micro_batch_size=512)
+    prompt = [tok("1 + 2 =\n")["input_ids"]]
+    full = engine.generate(prompt, SamplingParams(n=512, max_tokens=1, seed=0, top_k=0))[0]
+    assert len({o.token_ids[0] for o in full}) > 150
+    assert all(abs(o.logprobs[0] + math.log(258)) < 0.05 for o in full)
+    top20 = engine.generate(prompt, SamplingParams(n=512, max_tokens=1, seed=0, top_k=20))[0]
+    assert len({o.token_ids[0] for o in top20}) <= 20

@@ -71,8 +71,10 @@ class HFRolloutEngine:
         gen_cfg = GenerationConfig(
             do_sample=not greedy,
             temperature=None if greedy else params.temperature,
-            top_p=None if greedy or params.top_p >= 1.0 else params.top_p,
-            top_k=None if greedy or params.top_k <= 0 else params.top_k,
+            # explicit "off" values: None would fall back to transformers' defaults (top_k=50), which truncates
+            # the sampling distribution that the log-probs below (full softmax) claim to describe
+            top_p=None if greedy else min(params.top_p, 1.0),
+            top_k=None if greedy else max(params.top_k, 0),
             max_new_tokens=params.max_tokens,
             eos_token_id=self.eos_id,
             pad_token_id=self.pad_id,
