@@ -3,9 +3,12 @@
 Same model weights, the same task and prompt rendering, the same reward function (dapo-rl's verifier for the
 task), same group size, batch and lengths, clip 0.2 / 0.28, token-mean loss, no KL, one optimizer step per RL step
 over micro-batches of 64, no dynamic sampling and no overlong shaping on either side; both compute in bf16 where
-this CPU runs bf16 faster than fp32 (`actor.autocast_dtype=auto`; TRL's `bf16=True`), else fp32. Each side runs in its own process, one after the
-other; the median step time after `--warmup` steps is reported, with each side's FLOP floor: 2N FLOPs per
-generated token plus 6N per trained (prompt + response) token, at the fp32 matmul peak measured in this run.
+this CPU runs bf16 faster than fp32 (`actor.autocast_dtype=auto`; TRL's `bf16=True`), else fp32. Attention: each
+side as its user gets it (TRL: transformers' default, sdpa; dapo-rl: `model.attn_implementation=auto`, which times
+eager against sdpa at start); `--trl-attn eager` gives TRL the same kernel. Each side runs in its own process;
+`--rounds` alternate them (trl, dapo, dapo, trl) so that a machine whose speed drifts slows both alike; the median
+step time after each run's `--warmup` steps is reported, with each side's FLOP floor: 2N FLOPs per generated token
+plus 6N per trained (prompt + response) token, at the fp32 matmul peak measured in this run.
 The ratio TRL / dapo-rl is printed last.
 
 Sizes:
@@ -75,7 +78,7 @@ def task_rows(count: int) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- the TRL side
-def run_trl(model: str, size: dict, steps: int, out: Path) -> dict:
+def run_trl(model: str, size: dict, steps: int, out: Path, attn: str | None = None) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -135,8 +138,9 @@ def run_trl(model: str, size: dict, steps: int, out: Path) -> dict:
                 log_rows.append(row)
 
     tok = AutoTokenizer.from_pretrained(model)
+    kwargs = {"attn_implementation": attn} if attn else {}
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model),
+        model=AutoModelForCausalLM.from_pretrained(model, **kwargs),
         reward_funcs=reward,
         args=cfg,
         train_dataset=ds,
@@ -151,7 +155,7 @@ def run_trl(model: str, size: dict, steps: int, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- the dapo-rl side
-def run_dapo(model: str, size: dict, steps: int, out: Path) -> dict:
+def run_dapo(model: str, size: dict, steps: int, out: Path, attn: str | None = None) -> dict:
     p = size["prompts"]
     overrides = [
         f"model.path={model}",
@@ -173,6 +177,7 @@ def run_dapo(model: str, size: dict, steps: int, out: Path) -> dict:
         f"actor.ppo_mini_batch_size={p}",
         "actor.ppo_micro_batch_size=64",
         "actor.lr=1e-6",
+        f"model.attn_implementation={attn or 'auto'}",
     ]
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
     proc = subprocess.run(
@@ -204,6 +209,18 @@ def main() -> None:
     ap.add_argument("--size", choices=["tiny", "110m", "both"], default="both")
     ap.add_argument("--steps", type=int, default=5, help="steps per side (the first --warmup are not timed)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="alternating runs per side (trl, dapo, dapo, trl, ...)"
+    )
+    ap.add_argument(
+        "--trl-attn",
+        help="transformers attention kernel for TRL's model (default: transformers' own, sdpa), e.g. eager",
+    )
+    ap.add_argument(
+        "--dapo-attn",
+        help="dapo-rl's model.attn_implementation (default auto: eager or sdpa, timed at start)",
+    )
+    ap.add_argument("--attn", help=argparse.SUPPRESS)
     ap.add_argument("--side", choices=["trl", "dapo"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -212,7 +229,7 @@ def main() -> None:
     if args.side:  # a child process: one side, JSON on the last line of stdout
         size = SIZES[args.size]
         run = run_trl if args.side == "trl" else run_dapo
-        print(json.dumps(run(args.model, size, args.steps, Path(args.out))))
+        print(json.dumps(run(args.model, size, args.steps, Path(args.out), args.attn)))
         return
 
     sizes = ["tiny", "110m"] if args.size == "both" else [args.size]
@@ -229,34 +246,55 @@ def main() -> None:
                 model = str(Path(tmp) / "m110")
                 build_110m(Path(model))
             n_params = param_count(model)
-            results = {}
-            for side in ("trl", "dapo"):
-                cmd = [sys.executable, __file__, "--side", side, "--size", name, "--steps", str(args.steps)]
-                cmd += ["--model", model, "--out", str(Path(tmp) / f"{name}_{side}")]
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise SystemExit(f"{side} ({name}) failed:\n{proc.stderr[-4000:]}")
-                results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+            results: dict[str, dict] = {}
+            for r in range(
+                args.rounds
+            ):  # trl, dapo, dapo, trl, ...: a drifting machine speed hits both alike
+                for side in ("trl", "dapo") if r % 2 == 0 else ("dapo", "trl"):
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--side",
+                        side,
+                        "--size",
+                        name,
+                        "--steps",
+                        str(args.steps),
+                    ]
+                    cmd += ["--model", model, "--out", str(Path(tmp) / f"{name}_{side}_{r}")]
+                    attn = args.trl_attn if side == "trl" else args.dapo_attn
+                    cmd += ["--attn", attn] if attn else []
+                    proc = subprocess.run(cmd, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        raise SystemExit(f"{side} ({name}) failed:\n{proc.stderr[-4000:]}")
+                    got = json.loads(proc.stdout.strip().splitlines()[-1])
+                    for key, values in got.items():  # each round's warm-up steps dropped here
+                        kept = (
+                            values[max(args.warmup - 1, 0) :]
+                            if key == "trained_tokens"
+                            else values[args.warmup :]
+                        )
+                        results.setdefault(side, {}).setdefault(key, []).extend(kept)
             size = SIZES[name]
             print(
                 f"\n[{name}] {n_params / 1e6:.2f}M parameters, {size['prompts']} prompts x {size['n']}, "
-                f"<= {size['max_tokens']} tokens, median of steps {args.warmup + 1}-{args.steps}"
+                f"<= {size['max_tokens']} tokens, median of steps {args.warmup + 1}-{args.steps} "
+                f"of {args.rounds} alternating round(s) per side"
             )
             print(f"{'side':<10}{'s/step':>9}{'gen tok':>9}{'train tok':>11}{'floor s':>9}{'x floor':>9}")
             med = {}
             for side, r in results.items():
-                w = args.warmup
-                step = statistics.median(r["step_s"][w:])
-                gen = statistics.median(r["generated_tokens"][w:])
-                trained = statistics.median(r["trained_tokens"][max(w - 1, 0) :] or r["trained_tokens"])
+                step = statistics.median(r["step_s"])
+                gen = statistics.median(r["generated_tokens"])
+                trained = statistics.median(r["trained_tokens"])
                 floor = (2 * n_params * gen + 6 * n_params * trained) / (peak * 1e9)
                 med[side] = step
                 print(f"{side:<10}{step:>9.2f}{gen:>9.0f}{trained:>11.0f}{floor:>9.2f}{step / floor:>8.2f}x")
                 if side == "dapo":
-                    mfu = [m for m in r["mfu"][w:] if m is not None]
+                    mfu = [m for m in r["mfu"] if m is not None]
                     print(
-                        f"{'':<10}generate {statistics.median(r['generate_s'][w:]):.2f} s, "
-                        f"update {statistics.median(r['update_s'][w:]):.2f} s, "
+                        f"{'':<10}generate {statistics.median(r['generate_s']):.2f} s, "
+                        f"update {statistics.median(r['update_s']):.2f} s, "
                         f"training MFU {statistics.median(mfu) if mfu else float('nan'):.0%} of the measured peak"
                     )
             print(f"TRL / dapo-rl ({name}): {med['trl'] / med['dapo']:.2f}x")

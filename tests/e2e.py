@@ -42,6 +42,7 @@ def run_args(base_model: Path, run: Path, *extra: str) -> list[str]:
         "rollout.n=4",
         "actor.ppo_mini_batch_size=4",  # two optimizer steps per training step
         "actor.autocast_dtype=none",  # fp32 whatever the machine: these runs are compared across rank counts
+        "model.attn_implementation=sdpa",  # no timing probe: the same kernel in every run compared
         "trainer.total_training_steps=6",
         "trainer.test_freq=3",
         "trainer.save_freq=2",

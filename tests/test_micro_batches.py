@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dapo_rl.actor import Actor, TrainBatch
-from dapo_rl.config import ActorConfig, AlgorithmConfig
+from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.models.tiny import save_tiny_checkpoint
 
@@ -47,9 +47,15 @@ def _setup(tmp_path):
     return TrainBatch.build(prompts, responses, adv, torch.ones(10), tok.pad_token_id)
 
 
-def _actor(path, **cfg):
+def _actor(path, attn_implementation=None, **cfg):
     base = {"lr": 0.0, "grad_clip": 1e9, "ppo_micro_batch_size": 64}
-    return Actor(str(path), ActorConfig(**(base | cfg)), AlgorithmConfig(), temperature=0.9)
+    return Actor(
+        str(path),
+        ActorConfig(**(base | cfg)),
+        AlgorithmConfig(),
+        temperature=0.9,
+        attn_implementation=attn_implementation,
+    )
 
 
 def test_packed_forward_equals_the_padded_one(tmp_path):
@@ -70,8 +76,8 @@ def test_packed_forward_equals_the_padded_one(tmp_path):
     assert len(bins) > 1 and all(int(lens[idx].sum()) <= 80 or len(idx) == 1 for idx, _ in bins)
 
 
-def _grads(path, batch, **cfg):
-    actor = _actor(path, **cfg)
+def _grads(path, batch, attn_implementation=None, **cfg):
+    actor = _actor(path, attn_implementation, **cfg)
     actor.update(batch)
     return {n: p.grad.clone() for n, p in actor.model.named_parameters() if p.grad is not None}
 
@@ -104,3 +110,62 @@ def test_padded_budget_bins_bound_the_padded_tokens(tmp_path):
     assert sorted(int(i) for idx, _ in bins for i in idx) == list(range(10))
     for idx, dummy in bins:
         assert not dummy and (len(idx) * int(lens[idx].max()) <= 100 or len(idx) == 1)
+
+
+def test_eager_and_sdpa_attention_give_the_same_log_probs_and_gradient(tmp_path):
+    """`model.attn_implementation` (auto picks eager on a CPU where it is faster) changes the kernel, not the values:
+    padded rows of 5-72 tokens, fp32."""
+    batch = _setup(tmp_path)
+    sdpa = _actor(tmp_path, "sdpa")
+    eager = _actor(tmp_path, "eager")
+    assert (
+        sdpa.model.config._attn_implementation == "sdpa"
+        and eager.model.config._attn_implementation == "eager"
+    )
+    assert (eager.compute_log_prob(batch) - sdpa.compute_log_prob(batch)).abs().max() < 1e-5
+    ref = _grads(tmp_path, batch, "sdpa", ppo_micro_batch_size=3)
+    got = _grads(tmp_path, _setup(tmp_path), "eager", ppo_micro_batch_size=3)
+    for name in ref:
+        scale = ref[name].abs().max().clamp(min=1e-8)
+        assert ((got[name] - ref[name]).abs().max() / scale) < 1e-4, name
+
+
+def _grouped(tmp_path):
+    """GRPO-shaped rows: 3 prompts x 4 responses and one prompt alone, shuffled; prompts 4-12 tokens, responses
+    1-40."""
+    tok = save_tiny_checkpoint(tmp_path, seed=5)
+    g = torch.Generator().manual_seed(1)
+    heads = [torch.randint(0, 250, (k,), generator=g).tolist() for k in (4, 12, 7, 9)]
+    rows = [(heads[i // 4] if i < 12 else heads[3]) for i in range(13)]
+    responses = [torch.randint(0, 250, (1 + (i * 17) % 40,), generator=g).tolist() for i in range(13)]
+    order = torch.randperm(13, generator=g).tolist()
+    adv = torch.linspace(-1, 1, 13)
+    return TrainBatch.build(
+        [rows[i] for i in order], [responses[i] for i in order], adv, torch.ones(13), tok.pad_token_id
+    )
+
+
+@pytest.mark.parametrize("micro", [64, 5])
+def test_shared_prefix_gives_the_full_forwards_log_probs_and_gradient(tmp_path, micro):
+    batch = _grouped(tmp_path)
+    full = _actor(tmp_path, shared_prefix=False, ppo_micro_batch_size=micro)
+    shared = _actor(tmp_path, shared_prefix=True, ppo_micro_batch_size=micro)
+    assert shared.shared_prefix and not full.shared_prefix
+    want, got = full.compute_log_prob(batch), shared.compute_log_prob(batch)
+    assert (want[~batch.response_mask.bool()] == 0).all() and (got[~batch.response_mask.bool()] == 0).all()
+    assert (got - want).abs().max() < 1e-5
+    ref = _grads(tmp_path, batch, shared_prefix=False, ppo_micro_batch_size=micro)
+    new = _grads(tmp_path, _grouped(tmp_path), shared_prefix=True, ppo_micro_batch_size=micro)
+    assert ref.keys() == new.keys() and len(ref) > 10
+    for name in ref:
+        scale = ref[name].abs().max().clamp(min=1e-8)
+        assert ((new[name] - ref[name]).abs().max() / scale) < 1e-4, name
+
+
+def test_shared_prefix_is_on_by_default_only_where_it_applies(tmp_path):
+    save_tiny_checkpoint(tmp_path, seed=5)
+    assert _actor(tmp_path).shared_prefix  # padded forward, one process
+    assert not _actor(tmp_path, use_remove_padding=True).shared_prefix
+    assert not _actor(tmp_path, gradient_checkpointing=True).shared_prefix
+    with pytest.raises(ConfigError, match="actor.shared_prefix=true needs the padded forward"):
+        _actor(tmp_path, shared_prefix=True, use_remove_padding=True)

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -145,7 +146,9 @@ def test_top_k_off_samples_the_whole_vocabulary(tmp_path):
     with torch.no_grad():
         model.model.norm.weight.zero_()
         model.model.norm.weight[0] = 1.0
-        model.model.embed_tokens.weight[:, 0] = torch.linspace(0.0, 0.01, 258)  # tied: the LM head's column too
+        model.model.embed_tokens.weight[:, 0] = torch.linspace(
+            0.0, 0.01, 258
+        )  # tied: the LM head's column too
     engine = HFRolloutEngine(model, tok, micro_batch_size=512)
     prompt = [tok("1 + 2 =\n")["input_ids"]]
     full = engine.generate(prompt, SamplingParams(n=512, max_tokens=1, seed=0, top_k=0))[0]
@@ -153,3 +156,13 @@ def test_top_k_off_samples_the_whole_vocabulary(tmp_path):
     assert all(abs(o.logprobs[0] + math.log(258)) < 0.05 for o in full)
     top20 = engine.generate(prompt, SamplingParams(n=512, max_tokens=1, seed=0, top_k=20))[0]
     assert len({o.token_ids[0] for o in top20}) <= 20
+
+
+def test_unknown_attention_kernel_names_the_setting(tmp_path):
+    from dapo_rl.actor import load_model
+    from dapo_rl.config import ConfigError
+
+    _save_tiny(tmp_path)
+    with pytest.raises(ConfigError, match="model.attn_implementation=bogus"):
+        load_model(str(tmp_path), attn_implementation="bogus")
+    assert load_model(str(tmp_path), attn_implementation="eager").config._attn_implementation == "eager"

@@ -53,6 +53,7 @@ def test_train_checkpoint_and_resume(base_model, tmp_path):
     ]
     r = dapo("train", *common, "trainer.total_training_steps=3")
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "attention chosen by model.attn_implementation=auto" in r.stdout + r.stderr
     rows = rows_of(run)
     assert [x["step"] for x in rows] == [0, 1, 2, 3]
     assert (

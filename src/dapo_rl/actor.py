@@ -74,20 +74,31 @@ def model_context_length(path: str, trust_remote_code: bool = False) -> int | No
 
 
 def load_model(
-    path: str, dtype: str = "float32", trust_remote_code: bool = False, setting: str = "model.path"
+    path: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    setting: str = "model.path",
+    attn_implementation: str | None = None,
 ):
-    """Load the causal LM of a local Hugging Face checkpoint (`float32` or `bfloat16`).
+    """Load the causal LM of a local Hugging Face checkpoint (`float32` or `bfloat16`), with transformers' attention
+    kernel `attn_implementation` (None: transformers' default, `sdpa`).
 
     Raises:
-        ConfigError: the weights cannot be loaded as a causal LM (the message names `setting`).
+        ConfigError: the weights cannot be loaded as a causal LM (the message names `setting`), or the attention
+            kernel is unknown or not installed (the message names `model.attn_implementation`).
     """
     from transformers import AutoModelForCausalLM
 
+    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     try:
         return AutoModelForCausalLM.from_pretrained(
-            path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+            path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
         )
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
+        if attn_implementation is not None and (
+            attn_implementation in str(e) or "attention" in str(e).lower()
+        ):
+            raise ConfigError(f"model.attn_implementation={attn_implementation}: {e}") from e
         raise ConfigError(f"{setting}={path}: cannot load a causal LM from it ({e})") from e
 
 
@@ -207,6 +218,8 @@ class Actor:
         trust_remote_code: `model.trust_remote_code`.
         temperature: rollout temperature; log-probs are computed from logits / temperature so that they are
             those of the sampling distribution (verl does the same).
+        attn_implementation: transformers' attention kernel (`model.attn_implementation` resolved by the trainer;
+            None: transformers' default).
 
     Raises:
         ConfigError: the weights cannot be loaded.
@@ -222,12 +235,15 @@ class Actor:
         dtype: str = "float32",
         trust_remote_code: bool = False,
         temperature: float = 1.0,
+        attn_implementation: str | None = None,
     ):
         self.cfg, self.algo = cfg, algo
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy_loss = get_policy_loss(algo.policy_loss)
-        model = load_model(model_path, dtype, trust_remote_code).to(self.ctx.device)
+        model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
+            self.ctx.device
+        )
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg.autocast_dtype == "auto":  # the trainer resolves it first (and logs why); a direct caller here
@@ -246,6 +262,16 @@ class Actor:
             cfg.use_remove_padding
             if cfg.use_remove_padding is not None
             else attn.startswith("flash_attention")
+        )
+        if cfg.shared_prefix and (self.remove_padding or cfg.gradient_checkpointing):
+            raise ConfigError(
+                "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
+                "actor.gradient_checkpointing"
+            )
+        self.shared_prefix = (
+            cfg.shared_prefix
+            if cfg.shared_prefix is not None
+            else not (self.remove_padding or cfg.gradient_checkpointing)
         )
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
@@ -274,6 +300,8 @@ class Actor:
         rest of the forward. Padded (`attention_mask`) or packed into one row (`self.remove_padding`: sequences
         back to back, `position_ids` restarting at 0, no padding at all); both give the same values.
         """
+        if self.shared_prefix:
+            return self._forward_shared_prefix(mb, with_entropy)
         dev = self.device
         lens = mb.attention_mask.sum(1)
         t = mb.response_mask.shape[1]
@@ -316,6 +344,75 @@ class Actor:
         labels = labels.to(dev)
         inside = (steps < (lens - mb.prompt_lens).unsqueeze(1)).to(dev)  # positions past a response hold 0
         logp = torch.where(inside, logprobs_from_logits(resp_logits, labels), 0.0)
+        ent = None
+        if with_entropy:
+            with torch.no_grad():
+                ent = entropy_from_logits(resp_logits)
+        return logp, ent
+
+    def _forward_shared_prefix(
+        self, mb: TrainBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` with each distinct prompt computed once (`actor.shared_prefix`).
+
+        The U distinct prompts of the micro-batch go through the model left-padded, `(U, P)`, filling a
+        `DynamicCache` whose keys and values keep their autograd graph; the cache is indexed out to the B rows
+        (`batch_select_indices`) and the responses, `(B, T)` right-padded, run on top of it with their true
+        positions (prompt_len + t). Response token 0 is scored by the prompt pass's last logits, token t > 0 by the
+        response pass's position t - 1. The gradient reaching the prompt's activations is the sum over its rows,
+        exactly what the full forward accumulates.
+        """
+        from transformers import DynamicCache
+
+        dev = self.device
+        lens = mb.attention_mask.sum(1)
+        plens = mb.prompt_lens
+        t = mb.response_mask.shape[1]
+        steps = torch.arange(t)
+        distinct: dict[tuple[int, ...], int] = {}
+        owner = torch.tensor(
+            [
+                distinct.setdefault(tuple(mb.input_ids[i, : int(n)].tolist()), len(distinct))
+                for i, n in enumerate(plens)
+            ],
+            dtype=torch.long,
+        )
+        width = int(plens.max())
+        p_ids = torch.zeros((len(distinct), width), dtype=torch.long)  # left padding: any id, masked
+        p_mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for prompt, u in distinct.items():
+            p_ids[u, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            p_mask[u, width - len(prompt) :] = 1
+        p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
+        r_idx = (plens.unsqueeze(1) + steps).clamp(max=mb.input_ids.shape[1] - 1)
+        r_ids = mb.input_ids.gather(1, r_idx)
+        inside = steps < (lens - plens).unsqueeze(1)  # positions past a response hold 0
+        mask = torch.cat([p_mask[owner], inside.long()], dim=1)
+        cache = DynamicCache(config=self.model.config)
+        with self._autocast():
+            first = self.model(
+                input_ids=p_ids.to(dev),
+                attention_mask=p_mask.to(dev),
+                position_ids=p_pos.to(dev),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
+            cache.batch_select_indices(owner.to(dev))
+            rest = (
+                self.model(
+                    input_ids=r_ids.to(dev),
+                    attention_mask=mask.to(dev),
+                    position_ids=(plens.unsqueeze(1) + steps).to(dev),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=torch.arange(t - 1, device=dev),
+                ).logits
+                if t > 1
+                else first.new_zeros((len(owner), 0, first.shape[-1]))
+            )
+        resp_logits = torch.cat([first[owner.to(dev)].unsqueeze(1), rest], dim=1).float() / self.temperature
+        logp = torch.where(inside.to(dev), logprobs_from_logits(resp_logits, r_ids.to(dev)), 0.0)
         ent = None
         if with_entropy:
             with torch.no_grad():

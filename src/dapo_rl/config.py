@@ -41,6 +41,12 @@ class ModelConfig:
     optimizer state (the usual GPU set-up), keep `float32` here and set `actor.autocast_dtype=bfloat16`."""
     size_hint: str = ""
     """For `dapo plan` when `path` has no config.json: a named size (`0.5b`, `1.5b`, `7b`, `32b`: Qwen2.5 shapes)."""
+    attn_implementation: str = "auto"
+    """transformers' attention kernel for the actor and the `hf` rollout engine (`from_pretrained(attn_implementation=
+    ...)`): `eager`, `sdpa`, `flash_attention_2`, ... or `auto`: on GPUs `flash_attention_2` when flash-attn is
+    installed and the compute is bf16 (which also packs micro-batches, `actor.use_remove_padding`), else `sdpa`; on
+    CPUs `eager` or `sdpa`, whichever a forward + backward probe at the run's micro-batch shape times faster (SDPA's
+    CPU kernel is slow in bf16 on short sequences), logged with its figures. vLLM picks its own kernels."""
 
 
 @dataclass
@@ -278,6 +284,12 @@ class ActorConfig:
     (transformers' packed format; flash-attention's varlen kernel on GPU). null: packed when the model runs
     flash-attention, else padded micro-batches of similar lengths (faster with CPU's SDPA, which would need a dense
     block-diagonal mask over the packed row)."""
+    shared_prefix: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """Run each distinct prompt of a micro-batch through the model once and its n responses on top of that prompt's
+    keys and values (a prefix cache that keeps its gradient), instead of every sequence from its first token: the
+    prompt's share of the training FLOPs shrinks n-fold (GRPO's n responses share one prompt). Same log-probs and
+    gradient (tested, also under FSDP2). Needs the padded forward and no gradient checkpointing; null: on where those
+    hold."""
     ppo_epochs: int = 1
     """Passes over each training batch."""
     shuffle: bool = False
@@ -658,6 +670,8 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "rollout.gpu_memory_utilization",
     "rollout.val_kwargs.",
     "actor.ppo_micro_batch_size",
+    "actor.shared_prefix",
+    "model.attn_implementation",
     "data.val_files",
     "data.val_reasoning_gym.",
     "data.val_max_samples",

@@ -38,7 +38,7 @@ from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import EpochSampler, PromptDataset, load_samples, reasoning_gym_samples
 from dapo_rl.data.dataset import DataError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
-from dapo_rl.perf import choose_autocast_dtype, matmul_peak_flops, training_mfu
+from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
@@ -115,6 +115,7 @@ class Trainer:
         self.autocast_dtype = autocast
         if ctx.rank == 0 and cfg.actor.autocast_dtype == "auto":
             self.log(f"actor: {reason}")
+        self.attn_implementation = self._choose_attention(load_path, autocast)
         self.actor = Actor(
             load_path,
             replace(cfg.actor, autocast_dtype=autocast),
@@ -123,6 +124,7 @@ class Trainer:
             dtype=cfg.model.dtype,
             trust_remote_code=cfg.model.trust_remote_code,
             temperature=cfg.rollout.temperature,
+            attn_implementation=self.attn_implementation,
         )
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
@@ -144,6 +146,7 @@ class Trainer:
                 dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
                 trust_remote_code=cfg.model.trust_remote_code,
                 ctx=ctx,
+                attn_implementation=self.attn_implementation,
             )
         except ValueError as e:
             raise ConfigError(str(e)) from e
@@ -225,6 +228,34 @@ class Trainer:
                 f"data.max_prompt_length + data.max_response_length = {need} tokens exceeds the model's context "
                 f"(max_position_embeddings={ctx_len} in {load_path}/config.json)"
             )
+
+    def _choose_attention(self, load_path: str, autocast: str) -> str:
+        """`model.attn_implementation` resolved for this run (`dapo_rl.perf.choose_attn_implementation`): probed at
+        the training micro-batch's shape (rows x the longest prompt + response) in the compute dtype; rank 0's
+        choice holds on every rank, and `auto` logs why."""
+        from transformers import AutoConfig
+
+        cfg, ctx = self.cfg, self.ctx
+        seq_len = cfg.data.max_prompt_length + cfg.data.max_response_length
+        hf = AutoConfig.from_pretrained(load_path, trust_remote_code=cfg.model.trust_remote_code)
+        heads = int(getattr(hf, "num_attention_heads", 1) or 1)
+        head_dim = int(getattr(hf, "head_dim", None) or getattr(hf, "hidden_size", 64) // heads)
+        a = cfg.actor
+        rows = a.ppo_max_token_len_per_gpu // seq_len if a.use_dynamic_bsz else a.ppo_micro_batch_size
+        bf16 = autocast == "bfloat16" or cfg.model.dtype == "bfloat16"
+        impl, reason = choose_attn_implementation(
+            cfg.model.attn_implementation,
+            ctx.device,
+            torch.bfloat16 if bf16 else torch.float32,
+            heads=heads,
+            head_dim=head_dim,
+            rows=max(rows, 1),
+            seq_len=seq_len,
+        )
+        impl, reason = all_gather_objects((impl, reason), ctx)[0]
+        if ctx.rank == 0 and cfg.model.attn_implementation == "auto":
+            self.log(f"model: {reason}")
+        return impl
 
     def _setup_data(self) -> None:
         d = self.cfg.data

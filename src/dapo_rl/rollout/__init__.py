@@ -60,6 +60,7 @@ def build_engine(
     dtype: str = "float32",
     trust_remote_code: bool = False,
     ctx=None,
+    attn_implementation: str | None = None,
 ) -> RolloutEngine:
     """The rollout engine of a `RolloutConfig`, started from the checkpoint at `model_path` on this rank's device.
     All engine settings are assembled here (the trainer and `dapo eval` both come through it).
@@ -79,6 +80,8 @@ def build_engine(
         dtype: `model.dtype`.
         trust_remote_code: `model.trust_remote_code`.
         ctx: `DistContext` of this rank (None: one process on the CPU).
+        attn_implementation: transformers' attention kernel of the `hf` engine (None: transformers' default; vLLM
+            picks its own).
 
     Raises:
         ValueError: see `check_engine`.
@@ -91,7 +94,9 @@ def build_engine(
     if rollout.name == "hf":
         from dapo_rl.actor import load_model
 
-        model = load_model(model_path, dtype, trust_remote_code).to(ctx.device)
+        model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
+            ctx.device
+        )
         return HFRolloutEngine(model, tokenizer, micro_batch_size=rollout.micro_batch_size)
     from dapo_rl.rollout.vllm import VLLMRolloutEngine
 
