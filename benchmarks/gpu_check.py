@@ -13,7 +13,10 @@ What it does (with CUDA; without it, it prints one line saying so and exits 0):
 2. Runs `--steps` (3) DAPO steps through the real trainer in this process (`Trainer(cfg, ctx=ctx).fit()`) on the
    embedded recipe `tiny_chain_sum` with overrides: vLLM rollouts with sleep mode 1 and 30% of the GPU, bf16
    autocast, 32 prompts x 8 responses per step, 2 optimizer steps per step, dynamic sampling off, no validation,
-   a checkpoint (DCP + Hugging Face export) at the last step. The reward is this file's `machinery_reward`, the
+   a checkpoint (DCP + Hugging Face export) at the last step. The defaults it leaves on are GPU paths too:
+   `model.attn_implementation=auto` (flash-attention 2 where installed, which also packs micro-batches; the
+   trainer's `model:` line says which), `actor.shared_prefix` (padded forward only) and `reward.overlap` (vLLM's
+   `generate_chunks` streams finished requests to the scorers). The reward is this file's `machinery_reward`, the
    parity of the decoded response's length: random models never solve chain_sum, and a constant reward would give
    zero advantages, zero gradients and weights that never move, which would leave the weight push unchecked.
 3. Prints per step and in a summary: rollout tokens/s (response_length_mean x sequences / time/generate_s), update

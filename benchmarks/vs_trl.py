@@ -99,7 +99,9 @@ def run_trl(model: str, size: dict, steps: int, out: Path, attn: str | None = No
     completions = size["prompts"] * size["n"]
     cfg = GRPOConfig(
         output_dir=str(out),
-        per_device_train_batch_size=64,
+        # TRL samples per_device_train_batch_size x gradient_accumulation_steps completions per optimizer step: with
+        # 64 against 8 x 4 = 32 completions it would sample (and train on) twice dapo-rl's work per step
+        per_device_train_batch_size=min(64, completions),
         gradient_accumulation_steps=max(1, completions // 64),
         num_generations=size["n"],
         max_completion_length=size["max_tokens"],

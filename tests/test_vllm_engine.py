@@ -72,3 +72,24 @@ def test_seeded_sampling_of_many_long_prompts_is_reproducible(setup):
     second = engine.generate(prompts, params)
     assert len(first) == 40 and all(len(g) == 4 for g in first)
     assert [[o.token_ids for o in g] for g in first] == [[o.token_ids for o in g] for g in second]
+
+
+def test_generate_chunks_stream_the_same_round_in_order(setup):
+    """`reward.overlap` with vLLM: the round comes out in ordered chunks while the engine keeps sampling, and the
+    chunks together are exactly `generate`'s result (same per-request seeds). Prompts of 400-488 tokens in a
+    512-token context end their responses at scattered steps (the context's end), whatever the random model samples."""
+    tok, model, engine, _ = setup
+    engine.update_weights(model.state_dict().items())
+    prompts = [[65 + a] * (488 - 8 * a) for a in range(12)]  # the first prompts finish first
+    params = SamplingParams(n=1, temperature=1.0, max_tokens=100, seed=5)
+    whole = engine.generate(prompts, params)
+    engine.max_num_seqs = 2  # chunks of at least 2 prompts (the scheduler itself is unchanged)
+    try:
+        chunks = list(engine.generate_chunks(prompts, params))
+    finally:
+        engine.max_num_seqs = None
+    assert len({len(g[0].token_ids) for g in whole}) > 3  # responses really end at different steps
+    assert len(chunks) > 1 and all(len(c) >= 2 for c in chunks[:-1])
+    flat = [g for c in chunks for g in c]
+    assert [[o.token_ids for o in g] for g in flat] == [[o.token_ids for o in g] for g in whole]
+    assert [[o.logprobs for o in g] for g in flat] == [[o.logprobs for o in g] for g in whole]

@@ -207,7 +207,8 @@ class RewardConfig:
     """Scoring processes (0: score in the trainer's process, without the hard time limit)."""
     overlap: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
     """Score each chunk of a generation round in a background thread while the engine samples the next chunk
-    (engines that yield chunks: the transformers engine, one chunk per `rollout.micro_batch_size` sequences). The
+    (the transformers engine: one chunk per `rollout.micro_batch_size` sequences; vLLM: the finished prefix of the
+    round, whenever it has grown by `rollout.micro_batch_size` sequences, while the engine keeps sampling). The
     rewards are the same either way, as long as no answer runs out of `timeout_s`. null: on when the actor runs on
     a GPU; off on a CPU, where generation already keeps every core busy and the scoring processes would only
     compete with it (and their time limits run on a wall clock)."""

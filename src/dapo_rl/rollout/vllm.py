@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 import torch
@@ -105,6 +105,8 @@ class VLLMRolloutEngine:
             **extra,
         )
         self.runner = _model_runner(self.llm)
+        self.max_num_seqs = max_num_seqs
+        self._requests = 0  # ids of the requests `generate_chunks` adds
 
     def sleep(self) -> None:
         """Free the engine's GPU memory until the next `update_weights` (sleep mode; no-op without it)."""
@@ -149,12 +151,48 @@ class VLLMRolloutEngine:
         start = sum(len(ps) for ps, _ in shares[: ranks.index(dist.get_rank())])
         return outs[start : start + len(prompts)]
 
-    def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
-        from vllm import SamplingParams as VSamplingParams
+    def generate_chunks(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> Iterator[list[list[GenerationOutput]]]:
+        """`generate`, yielded in order as the engine finishes requests, so the caller can score one part of a round
+        while vLLM keeps sampling the rest (`reward.overlap`). All prompts enter the engine at once (continuous
+        batching is untouched); whenever the finished prefix of the prompt list has grown by
+        `max_num_seqs // n` prompts (or the round is over) those groups are yielded. The concatenated chunks are
+        exactly `generate`'s result (same requests, same per-request seed). Under a tensor-parallel group the
+        round is one chunk (the group samples one gathered batch)."""
+        if self.tp_group is not None:
+            yield self.generate(prompts, params)
+            return
         from vllm.inputs import TokensPrompt
 
+        engine = self.llm.llm_engine
+        sp = self._vllm_params(params)
+        ids = [f"dapo-{self._requests + i}" for i in range(len(prompts))]
+        self._requests += len(prompts)
+        for rid, p in zip(ids, prompts):
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=p), sp)
+        chunk = max(1, (self.max_num_seqs or 256) // max(params.n, 1))
+        done: dict[str, object] = {}
+        sent = 0
+        while sent < len(ids):
+            if engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished:
+                        done[out.request_id] = out
+            ready = sent
+            while ready < len(ids) and ids[ready] in done:
+                ready += 1
+            if ready - sent >= chunk or ready == len(ids) or not engine.has_unfinished_requests():
+                if ready == sent:  # nothing more will come: the engine lost requests
+                    raise RuntimeError(f"vLLM finished without {len(ids) - sent} of the round's requests")
+                yield [self._group(done.pop(r)) for r in ids[sent:ready]]
+                sent = ready
+
+    def _vllm_params(self, params: SamplingParams):
+        from vllm import SamplingParams as VSamplingParams
+
         greedy = params.temperature == 0
-        sp = VSamplingParams(
+        return VSamplingParams(
             n=params.n,
             temperature=params.temperature,
             top_p=params.top_p if not greedy else 1.0,
@@ -163,18 +201,23 @@ class VLLMRolloutEngine:
             logprobs=0,
             seed=params.seed,
         )
+
+    @staticmethod
+    def _group(o) -> list[GenerationOutput]:
+        """One prompt's `n` samples from a vLLM `RequestOutput`."""
+        group = []
+        for c in o.outputs:
+            ids = list(c.token_ids)
+            lps = [d[t].logprob for t, d in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids)
+            group.append(GenerationOutput(ids, lps, "stop" if c.finish_reason == "stop" else "length"))
+        return group
+
+    def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        from vllm.inputs import TokensPrompt
+
+        sp = self._vllm_params(params)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-        results = []
-        for o in outs:
-            group = []
-            for c in o.outputs:
-                ids = list(c.token_ids)
-                lps = (
-                    [d[t].logprob for t, d in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids)
-                )
-                group.append(GenerationOutput(ids, lps, "stop" if c.finish_reason == "stop" else "length"))
-            results.append(group)
-        return results
+        return [self._group(o) for o in outs]
 
 
 def _tensor_parallel_group(tp: int):
