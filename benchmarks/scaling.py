@@ -4,7 +4,8 @@
    (`data.max_response_length`) each double three times from a base of 8 prompts x 4 samples x 32 tokens. Work grows
    linearly in each, so should the time: the script prints the median step time (steps 2-4 of `dapo train`, one
    subprocess per point) and `time per unit of work / that at the smallest point` (1.00 = exactly linear; the
-   acceptance is within 20%). The model is Qwen2-shaped (hidden 256, 4 layers, random init, byte vocabulary),
+   acceptance is within 20%; below 1 a per-step constant is being amortised), and a least-squares fit
+   `fixed + slope x work` with the largest deviation from it (linear cost plus a per-step constant fits closely). The model is Qwen2-shaped (hidden 256, 4 layers, random init, byte vocabulary),
    which rarely samples its end-of-sequence token, so responses run to the length limit; no dynamic sampling and
    no shaping, one optimizer step per batch.
 2. Peak resident memory of one `Actor.update` over 64 sequences of 200-1000 tokens with `actor.use_dynamic_bsz` as
@@ -61,6 +62,18 @@ def step_time(model: Path, out: Path, prompts: int, n: int, length: int, steps: 
     return statistics.median(r["time/step_s"] for r in rows if "time/step_s" in r and r["step"] > 1)
 
 
+def affine_fit(work: list[float], seconds: list[float]) -> tuple[float, float, float]:
+    """Least-squares `seconds = fixed + slope * work`; returns `(fixed, slope, largest |relative residual|)`. A cost
+    that grows linearly with the work plus a per-step constant fits within a few percent; a superlinear one shows
+    as a large deviation (and as a per-unit time that rises with the work)."""
+    n = len(work)
+    mw, ms = sum(work) / n, sum(seconds) / n
+    slope = sum((w - mw) * (t - ms) for w, t in zip(work, seconds)) / sum((w - mw) ** 2 for w in work)
+    fixed = ms - slope * mw
+    worst = max(abs(t - (fixed + slope * w)) / t for w, t in zip(work, seconds))
+    return fixed, slope, worst
+
+
 def peak_rss_child(model: str, budget: int) -> None:
     """In a fresh process: one update; prints the ru_maxrss increase in MiB."""
     import torch
@@ -102,13 +115,20 @@ def main() -> None:
         print(f"{'dimension':<12}{'value':>7}{'s/step':>9}{'s per unit of work vs the smallest':>36}")
         for dim in ("n", "prompts", "length"):
             first = None
+            times = []
             for k in range(4):
                 point = dict(base, **{dim: base[dim] * 2**k})
                 out = Path(tmp) / f"{dim}_{k}"
                 t = step_time(model, out, point["prompts"], point["n"], point["length"], args.steps)
+                times.append(t)
                 per_unit = t / 2**k
                 first = first or per_unit
                 print(f"{dim:<12}{point[dim]:>7}{t:>9.2f}{per_unit / first:>36.2f}")
+            fixed, slope, worst = affine_fit([2**k for k in range(4)], times)
+            print(
+                f"{'':<12}fit: {fixed:.2f} s per step + {slope:.2f} s per unit of work, "
+                f"largest deviation from the fit {worst:.0%}"
+            )
         if args.skip_memory:
             return
         print("\npeak memory of one update, 64 sequences of 200-1000 tokens")
