@@ -93,3 +93,17 @@ def test_generate_chunks_stream_the_same_round_in_order(setup):
     flat = [g for c in chunks for g in c]
     assert [[o.token_ids for o in g] for g in flat] == [[o.token_ids for o in g] for g in whole]
     assert [[o.logprobs for o in g] for g in flat] == [[o.logprobs for o in g] for g in whole]
+
+
+def test_copies_of_a_prompt_draw_different_samples(setup):
+    """Each request has its own seed (seed + i * n): two copies of one prompt in a round are sampled independently,
+    and the round is still reproducible."""
+    tok, model, engine, _ = setup
+    engine.update_weights(model.state_dict().items())
+    p = tok("4 + 4 =\n")["input_ids"]
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=12, seed=9)
+    a, b = engine.generate([p, p], params)
+    samples = [o.token_ids for o in a + b]
+    assert len({tuple(s) for s in samples}) == 4  # four distinct responses, not two copies of one group
+    again = engine.generate([p, p], params)
+    assert [o.token_ids for g in again for o in g] == samples

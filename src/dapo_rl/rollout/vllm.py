@@ -166,11 +166,10 @@ class VLLMRolloutEngine:
         from vllm.inputs import TokensPrompt
 
         engine = self.llm.llm_engine
-        sp = self._vllm_params(params)
         ids = [f"dapo-{self._requests + i}" for i in range(len(prompts))]
         self._requests += len(prompts)
-        for rid, p in zip(ids, prompts):
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=p), sp)
+        for i, (rid, p) in enumerate(zip(ids, prompts)):
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=p), self._vllm_params(params, i))
         chunk = max(1, (self.max_num_seqs or 256) // max(params.n, 1))
         done: dict[str, object] = {}
         sent = 0
@@ -188,7 +187,11 @@ class VLLMRolloutEngine:
                 yield [self._group(done.pop(r)) for r in ids[sent:ready]]
                 sent = ready
 
-    def _vllm_params(self, params: SamplingParams):
+    def _vllm_params(self, params: SamplingParams, index: int):
+        """vLLM's sampling parameters for the round's prompt number `index`. vLLM seeds sample j of a request with
+        `seed + j`; one seed for every request would give every prompt the same random draws (two copies of a
+        prompt in a round would get identical groups), so prompt i takes `seed + i * n`: all samples of the round
+        draw from distinct streams, and the round stays reproducible."""
         from vllm import SamplingParams as VSamplingParams
 
         greedy = params.temperature == 0
@@ -199,7 +202,7 @@ class VLLMRolloutEngine:
             top_k=params.top_k if params.top_k > 0 and not greedy else 0,
             max_tokens=params.max_tokens,
             logprobs=0,
-            seed=params.seed,
+            seed=None if params.seed is None else params.seed + index * max(params.n, 1),
         )
 
     @staticmethod
@@ -215,8 +218,8 @@ class VLLMRolloutEngine:
     def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         from vllm.inputs import TokensPrompt
 
-        sp = self._vllm_params(params)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        sps = [self._vllm_params(params, i) for i in range(len(prompts))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         return [self._group(o) for o in outs]
 
 
