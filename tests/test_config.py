@@ -113,3 +113,24 @@ def test_a_misspelt_recipe_name_suggests_the_close_one():
     assert "key=value" not in msg
     with pytest.raises(ConfigError, match=r"no recipe named 'rollout.n'; shipped .* write it as key=value"):
         load_config("rollout.n", [])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["actor.shared_prefix=true", "actor.use_remove_padding=true"],
+            "actor.shared_prefix=true needs the padded",
+        ),
+        (
+            ["actor.shared_prefix=true", "actor.gradient_checkpointing=true"],
+            "no actor.gradient_checkpointing",
+        ),
+        (["model.attn_implementation="], "model.attn_implementation"),
+    ],
+)
+def test_speed_settings_that_cannot_work_fail_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+    # null lets the actor decide; false always works
+    load_config(None, ["actor.shared_prefix=false", "actor.use_remove_padding=true"])

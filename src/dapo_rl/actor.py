@@ -5,6 +5,7 @@ DAPO policy update. The trainer talks to it only through `compute_log_prob`, `up
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import time
 import warnings
@@ -389,13 +390,15 @@ class Actor:
         inside = steps < (lens - plens).unsqueeze(1)  # positions past a response hold 0
         mask = torch.cat([p_mask[owner], inside.long()], dim=1)
         cache = DynamicCache(config=self.model.config)
+        # transformers >= 5.24 names the argument `cache` (`past_key_values` warns, and goes in 5.40)
+        arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with self._autocast():
             first = self.model(
                 input_ids=p_ids.to(dev),
                 attention_mask=p_mask.to(dev),
                 position_ids=p_pos.to(dev),
-                past_key_values=cache,
                 use_cache=True,
+                **{arg: cache},
                 logits_to_keep=1,
             ).logits[:, -1]
             cache.batch_select_indices(owner.to(dev))
@@ -404,8 +407,8 @@ class Actor:
                     input_ids=r_ids.to(dev),
                     attention_mask=mask.to(dev),
                     position_ids=(plens.unsqueeze(1) + steps).to(dev),
-                    past_key_values=cache,
                     use_cache=True,
+                    **{arg: cache},
                     logits_to_keep=torch.arange(t - 1, device=dev),
                 ).logits
                 if t > 1

@@ -532,6 +532,13 @@ def validate_config(cfg: Config) -> None:
     from dapo_rl.algo import ADV_ESTIMATORS, POLICY_LOSSES
 
     _choice(a.adv_estimator, tuple(sorted(ADV_ESTIMATORS)), "algorithm.adv_estimator")
+    if act.shared_prefix and (act.use_remove_padding or act.gradient_checkpointing):
+        raise ConfigError(
+            "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
+            "actor.gradient_checkpointing"
+        )
+    if not cfg.model.attn_implementation.strip():
+        raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")
     _choice(a.policy_loss, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss")
     _choice(cfg.trainer.device, ("auto", "cpu", "cuda"), "trainer.device")
     _choice(cfg.trainer.launcher, ("torchrun", "ray"), "trainer.launcher")

@@ -215,7 +215,8 @@ def choose_attn_implementation(
     eager = measure("eager", rows, heads, seq_len, head_dim, compute_dtype)
     sdpa = measure("sdpa", rows, heads, seq_len, head_dim, compute_dtype)
     figures = (
-        f"attention forward+backward at {rows} x {seq_len} tokens in {str(compute_dtype).removeprefix('torch.')}: "
+        f"attention forward+backward of {rows} rows x {seq_len} tokens (the longest prompt + response; rows capped "
+        f"at 8192 tokens) in {str(compute_dtype).removeprefix('torch.')}: "
         f"eager {eager * 1e3:.1f} ms, sdpa {sdpa * 1e3:.1f} ms"
     )
     if sdpa >= EAGER_MIN_SPEEDUP * eager:

@@ -253,8 +253,12 @@ class Trainer:
             seq_len=seq_len,
         )
         impl, reason = all_gather_objects((impl, reason), ctx)[0]
-        if ctx.rank == 0 and cfg.model.attn_implementation == "auto":
-            self.log(f"model: {reason}")
+        if ctx.rank == 0:
+            self.log(
+                f"model: {impl} attention ({reason})"
+                if cfg.model.attn_implementation != "auto"
+                else f"model: {reason}"
+            )
         return impl
 
     def _setup_data(self) -> None:
