@@ -103,6 +103,11 @@ def load_model(
         raise ConfigError(f"{setting}={path}: cannot load a causal LM from it ({e})") from e
 
 
+SHARED_PREFIX_MIN_SAVING = 0.1
+"""`actor.shared_prefix` takes its two-pass forward for a micro-batch only when repeated prompts are at least this
+share of the micro-batch's tokens."""
+
+
 @dataclass
 class TrainBatch:
     """What the actor consumes: B sequences (prompt + response), right-padded; under N ranks, this rank's share.
@@ -301,7 +306,7 @@ class Actor:
         rest of the forward. Padded (`attention_mask`) or packed into one row (`self.remove_padding`: sequences
         back to back, `position_ids` restarting at 0, no padding at all); both give the same values.
         """
-        if self.shared_prefix:
+        if self.shared_prefix and self._prefix_pays(mb):
             return self._forward_shared_prefix(mb, with_entropy)
         dev = self.device
         lens = mb.attention_mask.sum(1)
@@ -350,6 +355,22 @@ class Actor:
             with torch.no_grad():
                 ent = entropy_from_logits(resp_logits)
         return logp, ent
+
+    def _prefix_pays(self, mb: TrainBatch) -> bool:
+        """Whether the shared-prefix forward saves enough here: repeated prompts hold at least
+        :data:`SHARED_PREFIX_MIN_SAVING` of the micro-batch's tokens (with every prompt distinct its second pass is
+        pure overhead). Under FSDP2 the ranks must run the same forward calls, so they agree (any rank that saves
+        takes all ranks down the shared path, which is exact everywhere)."""
+        seen: set[tuple[int, ...]] = set()
+        saved = 0
+        for i, n in enumerate(mb.prompt_lens.tolist()):
+            key = tuple(mb.input_ids[i, :n].tolist())
+            saved += n if key in seen else 0
+            seen.add(key)
+        pays = saved >= SHARED_PREFIX_MIN_SAVING * float(mb.attention_mask.sum())
+        if self.ctx.distributed:
+            pays = all_reduce([float(pays)], self.ctx, op="max")[0] > 0
+        return pays
 
     def _forward_shared_prefix(
         self, mb: TrainBatch, with_entropy: bool
