@@ -289,8 +289,8 @@ class ActorConfig:
     """Run each distinct prompt of a micro-batch through the model once and its n responses on top of that prompt's
     keys and values (a prefix cache that keeps its gradient), instead of every sequence from its first token: the
     prompt's share of the training FLOPs shrinks n-fold (GRPO's n responses share one prompt). Same log-probs and
-    gradient (tested, also under FSDP2). Needs the padded forward and no gradient checkpointing; null: on where those
-    hold."""
+    gradient (tested, also under FSDP2). A micro-batch takes this two-pass forward only when repeated prompts are at
+    least 10% of its tokens. Needs the padded forward and no gradient checkpointing; null: on where those hold."""
     ppo_epochs: int = 1
     """Passes over each training batch."""
     shuffle: bool = False
