@@ -171,4 +171,6 @@ def test_shared_prefix_is_on_by_default_only_where_it_applies(tmp_path):
         _actor(tmp_path, shared_prefix=True, use_remove_padding=True)
     # the two-pass forward only where repeated prompts save >= 10% of the tokens: not for ten distinct prompts
     actor = _actor(tmp_path)
-    assert actor._prefix_pays(_grouped(tmp_path)) and not actor._prefix_pays(_setup(tmp_path))
+    grouped, distinct = _grouped(tmp_path), _setup(tmp_path)
+    assert actor._prefix_pays(grouped, actor._distinct_prompts(grouped)[0])
+    assert not actor._prefix_pays(distinct, actor._distinct_prompts(distinct)[0])

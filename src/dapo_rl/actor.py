@@ -306,8 +306,10 @@ class Actor:
         rest of the forward. Padded (`attention_mask`) or packed into one row (`self.remove_padding`: sequences
         back to back, `position_ids` restarting at 0, no padding at all); both give the same values.
         """
-        if self.shared_prefix and self._prefix_pays(mb):
-            return self._forward_shared_prefix(mb, with_entropy)
+        if self.shared_prefix:
+            distinct, owner = self._distinct_prompts(mb)
+            if self._prefix_pays(mb, distinct):
+                return self._forward_shared_prefix(mb, with_entropy, distinct, owner)
         dev = self.device
         lens = mb.attention_mask.sum(1)
         t = mb.response_mask.shape[1]
@@ -356,26 +358,33 @@ class Actor:
                 ent = entropy_from_logits(resp_logits)
         return logp, ent
 
-    def _prefix_pays(self, mb: TrainBatch) -> bool:
+    @staticmethod
+    def _distinct_prompts(mb: TrainBatch) -> tuple[dict[tuple[int, ...], int], torch.Tensor]:
+        """The micro-batch's distinct prompts (token tuple -> number, in order of first appearance) and `(B,)` long:
+        the number of each row's prompt."""
+        distinct: dict[tuple[int, ...], int] = {}
+        owner = [
+            distinct.setdefault(tuple(mb.input_ids[i, :n].tolist()), len(distinct))
+            for i, n in enumerate(mb.prompt_lens.tolist())
+        ]
+        return distinct, torch.tensor(owner, dtype=torch.long)
+
+    def _prefix_pays(self, mb: TrainBatch, distinct: dict[tuple[int, ...], int]) -> bool:
         """Whether the shared-prefix forward saves enough here: repeated prompts hold at least
         :data:`SHARED_PREFIX_MIN_SAVING` of the micro-batch's tokens (with every prompt distinct its second pass is
         pure overhead). Under FSDP2 the ranks must run the same forward calls, so they agree (any rank that saves
         takes all ranks down the shared path, which is exact everywhere)."""
-        seen: set[tuple[int, ...]] = set()
-        saved = 0
-        for i, n in enumerate(mb.prompt_lens.tolist()):
-            key = tuple(mb.input_ids[i, :n].tolist())
-            saved += n if key in seen else 0
-            seen.add(key)
+        saved = float(mb.prompt_lens.sum()) - sum(len(p) for p in distinct)
         pays = saved >= SHARED_PREFIX_MIN_SAVING * float(mb.attention_mask.sum())
         if self.ctx.distributed:
             pays = all_reduce([float(pays)], self.ctx, op="max")[0] > 0
         return pays
 
     def _forward_shared_prefix(
-        self, mb: TrainBatch, with_entropy: bool
+        self, mb: TrainBatch, with_entropy: bool, distinct: dict[tuple[int, ...], int], owner: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`forward` with each distinct prompt computed once (`actor.shared_prefix`).
+        """`forward` with each distinct prompt computed once (`actor.shared_prefix`; `distinct`, `owner` from
+        `_distinct_prompts`).
 
         The U distinct prompts of the micro-batch go through the model left-padded, `(U, P)`, filling a
         `DynamicCache` whose keys and values keep their autograd graph; the cache is indexed out to the B rows
@@ -391,14 +400,6 @@ class Actor:
         plens = mb.prompt_lens
         t = mb.response_mask.shape[1]
         steps = torch.arange(t)
-        distinct: dict[tuple[int, ...], int] = {}
-        owner = torch.tensor(
-            [
-                distinct.setdefault(tuple(mb.input_ids[i, : int(n)].tolist()), len(distinct))
-                for i, n in enumerate(plens)
-            ],
-            dtype=torch.long,
-        )
         width = int(plens.max())
         p_ids = torch.zeros((len(distinct), width), dtype=torch.long)  # left padding: any id, masked
         p_mask = torch.zeros((len(distinct), width), dtype=torch.long)
