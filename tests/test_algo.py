@@ -456,10 +456,12 @@ def test_registries_select_estimators_and_losses_by_name():
             register_adv_est("test_rloo")(rloo)
     finally:
         del ADV_ESTIMATORS["test_rloo"]
-    with pytest.raises(ConfigError, match="algorithm.policy_loss='gspo' is not one of vanilla"):
-        load_config(None, ["algorithm.policy_loss=gspo"])
-    with pytest.raises(ValueError, match="unknown policy loss 'gspo'; registered: vanilla"):
-        get_policy_loss("gspo")
+    with pytest.raises(
+        ConfigError, match="algorithm.policy_loss='grpo_zero' is not one of cispo, gspo, vanilla"
+    ):
+        load_config(None, ["algorithm.policy_loss=grpo_zero"])
+    with pytest.raises(ValueError, match="unknown policy loss 'grpo_zero'; registered: cispo, gspo, vanilla"):
+        get_policy_loss("grpo_zero")
 
 
 def test_dr_grpo_centres_without_dividing_by_the_std():
@@ -470,3 +472,84 @@ def test_dr_grpo_centres_without_dividing_by_the_std():
     assert compute_grpo_advantages(scores, gidx)[0] == pytest.approx(
         1.5 / (1.0 + 1e-6)
     )  # std of (1,-1,-1,-1) is 1
+
+
+# ------------------------------------------------------------------------------- CISPO and GSPO, by hand
+def _lp(*probs):
+    return torch.tensor([[math.log(p) for p in probs]], dtype=torch.float64)
+
+
+def test_cispo_by_hand():
+    from dapo_rl.algo.policy_loss import compute_policy_loss_cispo
+
+    # ratios 0.5/0.25 = 2 and 1; weights clip(., 0.8, 1.28) = 1.28 and 1; A = 1, token-mean over 2 tokens:
+    # loss = -(1.28 ln 0.5 + ln 0.2) / 2 = 1.2483330; d loss / d log_prob = -(weight * A) / 2 = (-0.64, -0.5)
+    log_prob = _lp(0.5, 0.2).requires_grad_()
+    loss, stats = compute_policy_loss_cispo(log_prob, _lp(0.25, 0.2), torch.tensor([1.0]), torch.ones(1, 2))
+    assert loss.item() == pytest.approx(-(1.28 * math.log(0.5) + math.log(0.2)) / 2)
+    assert loss.item() == pytest.approx(1.248333, abs=1e-6)
+    loss.backward()
+    assert log_prob.grad.flatten().tolist() == pytest.approx(
+        [-0.64, -0.5]
+    )  # the clipped token keeps its gradient
+    assert stats["pg_clipfrac_upper"] == 0.5 and stats["pg_clipfrac_lower"] == 0.0
+    # a negative advantage flips the sign; a masked token adds nothing
+    log_prob = _lp(0.5, 0.2).requires_grad_()
+    loss, _ = compute_policy_loss_cispo(
+        log_prob, _lp(0.25, 0.2), torch.tensor([-2.0]), torch.tensor([[1.0, 0.0]])
+    )
+    assert loss.item() == pytest.approx(2 * 1.28 * math.log(0.5))
+    loss.backward()
+    assert log_prob.grad.flatten().tolist() == pytest.approx([2.56, 0.0])
+
+
+def test_gspo_by_hand():
+    from dapo_rl.algo.policy_loss import compute_policy_loss_gspo
+
+    # log-ratios ln 2 and 0: s = exp(ln 2 / 2) = sqrt 2
+    old = _lp(0.25, 0.2)
+    # A = +1: clipped at 1.28, loss -1.28 and no gradient
+    log_prob = _lp(0.5, 0.2).requires_grad_()
+    loss, stats = compute_policy_loss_gspo(log_prob, old, torch.tensor([1.0]), torch.ones(1, 2))
+    assert loss.item() == pytest.approx(-1.28)
+    loss.backward()
+    assert log_prob.grad.abs().max().item() == 0.0
+    assert stats["pg_clipfrac_upper"] == 1.0
+    # A = -1: unclipped, loss = s = sqrt 2; the gradient of exp(mean log-ratio) is s / |o| per token
+    log_prob = _lp(0.5, 0.2).requires_grad_()
+    loss, stats = compute_policy_loss_gspo(log_prob, old, torch.tensor([-1.0]), torch.ones(1, 2))
+    assert loss.item() == pytest.approx(math.sqrt(2))
+    loss.backward()
+    assert log_prob.grad.flatten().tolist() == pytest.approx([math.sqrt(2) / 2] * 2)
+    assert stats["pg_clipfrac"] == 0.0
+    # per sequence whatever loss_agg_mode says: a long and a short sequence weigh the same (GSPO's 1/G sum_i)
+    two = torch.tensor(
+        [[math.log(0.5), math.log(0.5), math.log(0.5)], [math.log(0.5), 0.0, 0.0]], dtype=torch.float64
+    )
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    loss, _ = compute_policy_loss_gspo(two, two, torch.tensor([1.0, 3.0]), mask, loss_agg_mode="token-mean")
+    assert loss.item() == pytest.approx(-(1.0 + 3.0) / 2)  # s = 1 for both: -(A_1 + A_2) / 2
+
+
+def test_cispo_and_gspo_are_selectable_and_train_the_real_actor(tmp_path):
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig, load_config
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    save_tiny_checkpoint(tmp_path, seed=2)
+    for name in ("cispo", "gspo"):
+        assert load_config(None, [f"algorithm.policy_loss={name}"]).algorithm.policy_loss == name
+        actor = Actor(
+            str(tmp_path),
+            ActorConfig(ppo_micro_batch_size=2, ppo_mini_batch_size=2, lr=1e-3),
+            AlgorithmConfig(policy_loss=name),
+        )
+        batch = TrainBatch.build(
+            [[1, 2, 3]] * 4,
+            [[4, 5], [6], [7, 8, 9], [10]],
+            torch.tensor([1.0, -1.0, 0.5, -0.5]),
+            torch.ones(4),
+            257,
+        )
+        metrics = actor.update(batch)
+        assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0

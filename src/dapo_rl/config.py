@@ -158,8 +158,10 @@ class AlgorithmConfig:
     """Advantage estimator, by its name in `dapo_rl.algo.ADV_ESTIMATORS` (`grpo`: group-normalised, DAPO Eq. 9;
     register your own with `dapo_rl.algo.register_adv_est`)."""
     policy_loss: str = "vanilla"
-    """Policy loss, by its name in `dapo_rl.algo.POLICY_LOSSES` (`vanilla`: PPO clip with DAPO's Clip-Higher and
-    dual-clip, verl's `loss_mode=vanilla`; register your own with `dapo_rl.algo.register_policy_loss`)."""
+    """Policy loss, by its name in `dapo_rl.algo.POLICY_LOSSES`, as verl's `policy_loss.loss_mode`: `vanilla` (PPO
+    clip with DAPO's Clip-Higher and dual-clip), `cispo` (MiniMax-M1: a REINFORCE term weighted by the clipped,
+    stop-gradient ratio), `gspo` (Qwen: the ratio and its clip per sequence; use its much smaller clip ranges). Register
+    your own with `dapo_rl.algo.register_policy_loss`."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide by the group's standard deviation (GRPO); false gives Dr. GRPO's mean-only centring."""
     clip_ratio_low: float = 0.2

@@ -34,6 +34,8 @@ __all__ = [
     "POLICY_LOSSES",
     "agg_loss",
     "compute_policy_loss",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_gspo",
     "get_policy_loss",
     "register_policy_loss",
 ]
@@ -253,3 +255,135 @@ def compute_policy_loss(
             "num_tokens": float(mask.sum().item()),
         }
     return pg_loss, stats
+
+
+def _stats(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    mask: torch.Tensor,
+    lower: torch.Tensor,
+    upper: torch.Tensor,
+) -> dict[str, float]:
+    """The stats keys every policy loss returns (see `compute_policy_loss`), from its clip masks `(B, T)` bool;
+    these losses have no dual clip."""
+    f = log_prob.dtype
+    kl = torch.clamp(old_log_prob - log_prob.detach(), min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+    return {
+        "pg_clipfrac_lower": masked_mean(lower.to(f), mask).item(),
+        "pg_clipfrac_upper": masked_mean(upper.to(f), mask).item(),
+        "pg_clipfrac": masked_mean((lower | upper).to(f), mask).item(),
+        "pg_clipfrac_dual": 0.0,
+        "ppo_kl": masked_mean(kl, mask).item(),
+        "num_tokens": float(mask.sum().item()),
+    }
+
+
+def _check_shapes(log_prob, old_log_prob, advantages, response_mask) -> torch.Tensor:
+    """Validate `(B, T)` inputs as `compute_policy_loss` does; returns the advantages as a detached `(B, T)`."""
+    if log_prob.dim() != 2 or old_log_prob.shape != log_prob.shape or response_mask.shape != log_prob.shape:
+        raise ValueError(
+            f"log_prob {tuple(log_prob.shape)}, old_log_prob {tuple(old_log_prob.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must have the same (B, T) shape"
+        )
+    if advantages.shape not in (torch.Size([log_prob.shape[0]]), log_prob.shape):
+        raise ValueError(
+            f"advantages must have shape ({log_prob.shape[0]},) or {tuple(log_prob.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    A = advantages.detach()
+    return (A.unsqueeze(-1) if A.dim() == 1 else A).expand_as(log_prob).to(log_prob.dtype)
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    global_num_tokens: int | float | torch.Tensor | None = None,
+    global_batch_size: int | float | torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, Eq. 4-5): a REINFORCE term weighted by the clipped importance ratio,
+    which is a constant (stop-gradient), so no token ever loses its gradient to clipping as in PPO:
+
+        loss_{i,t} = - sg( clip(r_{i,t}, 1 - clip_ratio_low, 1 + clip_ratio_high) ) * A_i * log pi_theta(o_{i,t})
+
+    aggregated by `loss_agg_mode` (the paper: token-level, as DAPO). Same arguments, shapes and stats keys as
+    `compute_policy_loss`; `clip_ratio_c` is unused (no dual clip). `pg_clipfrac_lower|upper` count tokens whose
+    weight was clipped (either sign of A).
+
+    Raises:
+        ValueError: mismatched shapes, or an unknown `loss_agg_mode`.
+    """
+    A = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
+    mask = response_mask.to(torch.bool)
+    log_ratio = torch.clamp(log_prob.detach() - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    pg_losses = -weight * A * log_prob
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights.detach().to(pg_losses.dtype)
+    loss = agg_loss(pg_losses, mask, loss_agg_mode, global_num_tokens, global_batch_size)
+    with torch.no_grad():
+        stats = _stats(
+            log_prob, old_log_prob, mask, ratio < 1.0 - clip_ratio_low, ratio > 1.0 + clip_ratio_high
+        )
+    return loss, stats
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    global_num_tokens: int | float | torch.Tensor | None = None,
+    global_batch_size: int | float | torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071, Eq. 5-7 and GSPO-token Eq. 13): the importance ratio and its clip
+    are per sequence, the length-normalised likelihood ratio
+
+        s_i = exp( (1/|o_i|) sum_t log(pi_theta(o_{i,t}) / pi_old(o_{i,t})) ),
+        loss_i = - min( s_i A_i, clip(s_i, 1 - clip_ratio_low, 1 + clip_ratio_high) A_i ),
+
+    computed in the token form s_{i,t} = sg(s_i) * pi_theta(o_{i,t}) / sg(pi_theta(o_{i,t})), whose value is s_i
+    and whose gradient is the sequence objective's. Aggregated per sequence (`seq-mean-token-mean`, the paper's
+    1/G sum_i) whatever `loss_agg_mode` says; the paper's clip ranges are 3e-4 / 4e-4, far below DAPO's 0.2 / 0.28,
+    so set `algorithm.clip_ratio_low|high` with it. Same arguments and stats keys as `compute_policy_loss`;
+    `clip_ratio_c` is unused; `global_batch_size` is the mini-batch's sequence count for micro-batching.
+
+    Raises:
+        ValueError: mismatched shapes.
+    """
+    A = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
+    mask = response_mask.to(torch.bool)
+    lengths = mask.sum(-1).clamp(min=1)
+    seq_log_ratio = masked_sum(log_prob.detach() - old_log_prob.detach(), mask, dim=-1) / lengths  # (B,)
+    log_s = log_prob - log_prob.detach() + seq_log_ratio.unsqueeze(-1)
+    s = torch.exp(torch.clamp(log_s, max=LOG_RATIO_CLAMP))
+    pg_losses = torch.maximum(-A * s, -A * torch.clamp(s, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high))
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights.detach().to(pg_losses.dtype)
+    loss = agg_loss(pg_losses, mask, "seq-mean-token-mean", global_batch_size=global_batch_size)
+    with torch.no_grad():
+        s = s.detach()
+        stats = _stats(
+            log_prob,
+            old_log_prob,
+            mask,
+            (A < 0) & (s < 1 - clip_ratio_low),
+            (A > 0) & (s > 1 + clip_ratio_high),
+        )
+    return loss, stats
