@@ -268,7 +268,12 @@ def test_agg_loss_errors():
         agg_loss(LOSS_MAT, LOSS_MASK, "token-mean", global_num_tokens=0)
     with pytest.raises(ValueError):
         agg_loss(LOSS_MAT, LOSS_MASK, "seq-mean-token-mean", global_batch_size=-1)
-    assert LOSS_AGG_MODES == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+    assert LOSS_AGG_MODES == (
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+    )
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
@@ -553,3 +558,44 @@ def test_cispo_and_gspo_are_selectable_and_train_the_real_actor(tmp_path):
         )
         metrics = actor.update(batch)
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+
+
+def test_dr_grpo_constant_normaliser_by_hand():
+    """`seq-mean-token-sum-norm` (Dr. GRPO Eq. 3): (1/B) sum_i sum_t l / L with a constant L, whatever the lengths."""
+    loss_mat = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    # (6 + 4) / 2 sequences / L = 10 -> 0.5
+    assert agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", loss_scale_factor=10).item() == pytest.approx(
+        0.5
+    )
+    # micro-batches with the mini-batch's B sum to the whole: 6 / 2 / 10 + 4 / 2 / 10
+    parts = [
+        agg_loss(
+            loss_mat[i : i + 1],
+            mask[i : i + 1],
+            "seq-mean-token-sum-norm",
+            global_batch_size=2,
+            loss_scale_factor=10,
+        )
+        for i in range(2)
+    ]
+    assert sum(p.item() for p in parts) == pytest.approx(0.5)
+    # without the constant: the micro-batch's T (3): 10 / 2 / 3
+    assert agg_loss(loss_mat, mask, "seq-mean-token-sum-norm").item() == pytest.approx(10 / 6)
+    with pytest.raises(ValueError, match="loss_scale_factor must be > 0"):
+        agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", loss_scale_factor=0)
+
+
+def test_dr_grpo_mode_reaches_the_loss_through_the_actor(tmp_path):
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    save_tiny_checkpoint(tmp_path, seed=2)
+    batch = TrainBatch.build([[1, 2, 3]] * 2, [[4, 5], [6]], torch.tensor([1.0, -1.0]), torch.ones(2), 257)
+    losses = {}
+    for factor in (1.0, 4.0):
+        algo = AlgorithmConfig(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=factor)
+        actor = Actor(str(tmp_path), ActorConfig(ppo_micro_batch_size=1, lr=0.0), algo)
+        losses[factor] = actor.update(batch)["actor/pg_loss"]
+    assert losses[1.0] != 0 and losses[4.0] == pytest.approx(losses[1.0] / 4, rel=1e-5)

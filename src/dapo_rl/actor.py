@@ -575,6 +575,10 @@ class Actor:
                     extra = {}
                     if micro.rollout_is_weights is not None:
                         extra["rollout_is_weights"] = micro.rollout_is_weights.to(dev)
+                    if (
+                        self.algo.loss_agg_mode == "seq-mean-token-sum-norm"
+                    ):  # only then: registered losses keep
+                        extra["loss_scale_factor"] = self.algo.loss_scale_factor  # their signature
                     loss, stats = self.policy_loss(
                         logp,
                         old,

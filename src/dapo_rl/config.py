@@ -171,7 +171,10 @@ class AlgorithmConfig:
     clip_ratio_c: float = 3.0
     """Dual-clip bound for negative advantages (Ye et al. 2020)."""
     loss_agg_mode: str = "token-mean"
-    """`token-mean` (DAPO Eq. 12), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum`."""
+    """`token-mean` (DAPO Eq. 12), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum`, or `seq-mean-token-sum-norm`
+    (Dr. GRPO: each response's token sum over the constant `loss_scale_factor`)."""
+    loss_scale_factor: Optional[float] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """The constant of `seq-mean-token-sum-norm` (verl's name); null: `data.max_response_length`."""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     overlong_filtering: bool = False
     """Mask truncated responses out of the loss (DAPO section 3.4, the alternative to soft punishment)."""
@@ -528,7 +531,7 @@ def validate_config(cfg: Config) -> None:
     a, d, r, act = cfg.algorithm, cfg.data, cfg.rollout, cfg.actor
     _choice(
         a.loss_agg_mode,
-        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
         "algorithm.loss_agg_mode",
     )
     from dapo_rl.algo import ADV_ESTIMATORS, POLICY_LOSSES

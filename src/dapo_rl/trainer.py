@@ -116,10 +116,13 @@ class Trainer:
         if ctx.rank == 0 and cfg.actor.autocast_dtype == "auto":
             self.log(f"actor: {reason}")
         self.attn_implementation = self._choose_attention(load_path, autocast)
+        algo = cfg.algorithm
+        if algo.loss_scale_factor is None:  # Dr. GRPO's constant: the generation budget
+            algo = replace(algo, loss_scale_factor=float(cfg.data.max_response_length))
         self.actor = Actor(
             load_path,
             replace(cfg.actor, autocast_dtype=autocast),
-            cfg.algorithm,
+            algo,
             ctx,
             dtype=cfg.model.dtype,
             trust_remote_code=cfg.model.trust_remote_code,

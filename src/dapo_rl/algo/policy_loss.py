@@ -50,7 +50,12 @@ get_policy_loss = POLICY_LOSSES.lookup
 """The loss registered under a name (ValueError for an unknown one)."""
 
 
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+LOSS_AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 """Valid ``loss_agg_mode`` values; ``token-mean`` is DAPO's token-level loss (Eq. 12)."""
 
 LOG_RATIO_CLAMP: float = 20.0
@@ -69,6 +74,7 @@ def agg_loss(
     loss_agg_mode: str,
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_batch_size: int | float | torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
     """Aggregate a ``(B, T)`` matrix of per-token losses into a scalar.
 
@@ -78,6 +84,10 @@ def agg_loss(
       so long responses are not down-weighted.
     - ``seq-mean-token-mean`` (GRPO): ``(1/B) sum_i [ sum_t m l / |o_i| ]`` -- each sequence weighs the same.
     - ``seq-mean-token-sum`` (Dr. GRPO-like): ``(1/B) sum_i sum_t m l``.
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO, Liu et al. 2025, arXiv 2503.20783, Eq. 3; verl's name):
+      ``(1/B) sum_i sum_t m l / L`` with a constant ``L = loss_scale_factor`` (the generation budget, the trainer's
+      `data.max_response_length`) in place of GRPO's per-response ``1/|o_i|``: no length bias either way. Without
+      ``loss_scale_factor`` the micro-batch's ``T`` is used (then the normaliser depends on the split).
 
     A sequence with an empty mask contributes 0 (never NaN); in the ``seq-mean-*`` modes it still counts in ``B``.
     An all-empty batch gives 0 in every mode.
@@ -95,6 +105,7 @@ def agg_loss(
         loss_agg_mode: one of ``LOSS_AGG_MODES``.
         global_num_tokens: number of masked tokens in the whole mini-batch (python number or 0-d tensor).
         global_batch_size: number of sequences in the whole mini-batch (python number or 0-d tensor).
+        loss_scale_factor: the constant ``L`` of ``seq-mean-token-sum-norm`` (ignored by the other modes).
 
     Returns:
         0-d tensor, dtype of ``loss_mat``.
@@ -124,6 +135,9 @@ def agg_loss(
     if loss_agg_mode == "seq-mean-token-mean":
         seq_num_tokens = mask.sum(dim=-1).clamp(min=1)  # (B,) |o_i|, 1 for an empty sequence (its sum is 0)
         seq_losses = seq_token_sum / seq_num_tokens
+    elif loss_agg_mode == "seq-mean-token-sum-norm":
+        _check_positive("loss_scale_factor", loss_scale_factor)
+        seq_losses = seq_token_sum / (loss_scale_factor or loss_mat.shape[-1])
     else:  # "seq-mean-token-sum"
         seq_losses = seq_token_sum
     return seq_losses.sum() / num_seqs
@@ -143,6 +157,7 @@ def compute_policy_loss(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_batch_size: int | float | torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with DAPO's decoupled clip range and dual-clip, aggregated by ``loss_agg_mode``.
 
@@ -161,6 +176,7 @@ def compute_policy_loss(
         loss_agg_mode: ``token-mean`` (DAPO), ``seq-mean-token-mean`` (GRPO) or ``seq-mean-token-sum``.
         global_num_tokens: masked-token count of the whole mini-batch, for micro-batching (see ``agg_loss``).
         global_batch_size: sequence count of the whole mini-batch, for micro-batching (see ``agg_loss``).
+        loss_scale_factor: the constant normaliser of ``seq-mean-token-sum-norm`` (see ``agg_loss``).
         rollout_is_weights: ``(B, T)`` importance weights pi_old / mu of the rollout correction
             (:func:`dapo_rl.algo.rollout_correction.compute_rollout_correction`), multiplying each token's clipped
             loss (constants); ``None`` for none.
@@ -239,6 +255,7 @@ def compute_policy_loss(
         loss_agg_mode,
         global_num_tokens=global_num_tokens,
         global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
     )
 
     with torch.no_grad():
@@ -308,6 +325,7 @@ def compute_policy_loss_cispo(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_batch_size: int | float | torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, arXiv 2506.13585, Eq. 4-5): a REINFORCE term weighted by the clipped importance ratio,
     which is a constant (stop-gradient), so no token ever loses its gradient to clipping as in PPO:
@@ -329,7 +347,7 @@ def compute_policy_loss_cispo(
     pg_losses = -weight * A * log_prob
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights.detach().to(pg_losses.dtype)
-    loss = agg_loss(pg_losses, mask, loss_agg_mode, global_num_tokens, global_batch_size)
+    loss = agg_loss(pg_losses, mask, loss_agg_mode, global_num_tokens, global_batch_size, loss_scale_factor)
     with torch.no_grad():
         stats = _stats(
             log_prob, old_log_prob, mask, ratio < 1.0 - clip_ratio_low, ratio > 1.0 + clip_ratio_high
@@ -351,6 +369,7 @@ def compute_policy_loss_gspo(
     global_num_tokens: int | float | torch.Tensor | None = None,
     global_batch_size: int | float | torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO (Zheng et al. 2025, arXiv 2507.18071, Eq. 5-7 and GSPO-token Eq. 13): the importance ratio and its clip
     are per sequence, the length-normalised likelihood ratio
