@@ -199,18 +199,7 @@ def compute_policy_loss(
         ValueError: shapes that do not match the above; ``clip_ratio_low`` outside ``[0, 1)``; negative
             ``clip_ratio_high``; ``clip_ratio_c <= 1``; unknown ``loss_agg_mode`` (and the errors of ``agg_loss``).
     """
-    if log_prob.dim() != 2:
-        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
-    if old_log_prob.shape != log_prob.shape or response_mask.shape != log_prob.shape:
-        raise ValueError(
-            f"log_prob {tuple(log_prob.shape)}, old_log_prob {tuple(old_log_prob.shape)} and response_mask "
-            f"{tuple(response_mask.shape)} must have the same (B, T) shape"
-        )
-    batch_size = log_prob.shape[0]
-    if advantages.shape not in (torch.Size([batch_size]), log_prob.shape):
-        raise ValueError(
-            f"advantages must have shape ({batch_size},) or {tuple(log_prob.shape)}, got {tuple(advantages.shape)}"
-        )
+    A = _check_shapes(log_prob, old_log_prob, advantages, response_mask)  # (B, T): Eq. 9's A_i on every token
     if not 0.0 <= clip_ratio_low < 1.0:
         raise ValueError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low}")
     if not clip_ratio_high >= 0.0:
@@ -222,15 +211,10 @@ def compute_policy_loss(
 
     mask = response_mask.to(torch.bool)
     old_log_prob = old_log_prob.detach()
-    A = advantages.detach()
-    if A.dim() == 1:
-        A = A.unsqueeze(-1)  # (B, 1): the sequence-level advantage of Eq. 9, the same for every token
-    A = A.expand_as(log_prob).to(log_prob.dtype)
 
     # r_{i,t}(theta) = exp(log pi_theta - log pi_theta_old)   (Eq. 9)
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(negative_approx_kl)
-    ppo_kl = masked_mean(-negative_approx_kl.detach(), mask)
 
     # Clip-Higher: decoupled bounds 1 - eps_low and 1 + eps_high   (Eq. 10)
     pg_losses1 = -A * ratio
@@ -263,14 +247,7 @@ def compute_policy_loss(
         is_lower_clipped = (A < 0) & (ratio < 1.0 - clip_ratio_low)
         is_upper_clipped = (A > 0) & (ratio > 1.0 + clip_ratio_high)
         is_dual_clipped = (A < 0) & (pg_losses3 < clip_pg_losses1.detach())
-        stats = {
-            "pg_clipfrac_lower": masked_mean(is_lower_clipped.to(log_prob.dtype), mask).item(),
-            "pg_clipfrac_upper": masked_mean(is_upper_clipped.to(log_prob.dtype), mask).item(),
-            "pg_clipfrac": masked_mean((is_lower_clipped | is_upper_clipped).to(log_prob.dtype), mask).item(),
-            "pg_clipfrac_dual": masked_mean(is_dual_clipped.to(log_prob.dtype), mask).item(),
-            "ppo_kl": ppo_kl.item(),
-            "num_tokens": float(mask.sum().item()),
-        }
+        stats = _stats(log_prob, old_log_prob, mask, is_lower_clipped, is_upper_clipped, is_dual_clipped)
     return pg_loss, stats
 
 
@@ -280,16 +257,17 @@ def _stats(
     mask: torch.Tensor,
     lower: torch.Tensor,
     upper: torch.Tensor,
+    dual: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """The stats keys every policy loss returns (see `compute_policy_loss`), from its clip masks `(B, T)` bool;
-    these losses have no dual clip."""
+    """The stats keys every policy loss returns (see `compute_policy_loss`), from its clip masks `(B, T)` bool
+    (`dual` None: a loss without dual clip)."""
     f = log_prob.dtype
     kl = torch.clamp(old_log_prob - log_prob.detach(), min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     return {
         "pg_clipfrac_lower": masked_mean(lower.to(f), mask).item(),
         "pg_clipfrac_upper": masked_mean(upper.to(f), mask).item(),
         "pg_clipfrac": masked_mean((lower | upper).to(f), mask).item(),
-        "pg_clipfrac_dual": 0.0,
+        "pg_clipfrac_dual": 0.0 if dual is None else masked_mean(dual.to(f), mask).item(),
         "ppo_kl": masked_mean(kl, mask).item(),
         "num_tokens": float(mask.sum().item()),
     }
