@@ -279,6 +279,9 @@ class Actor:
             if cfg.shared_prefix is not None
             else not (self.remove_padding or cfg.gradient_checkpointing)
         )
+        # transformers >= 5.24 names the cache argument `cache` (`past_key_values` warns, and goes in 5.40)
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
@@ -412,15 +415,13 @@ class Actor:
         inside = steps < (lens - plens).unsqueeze(1)  # positions past a response hold 0
         mask = torch.cat([p_mask[owner], inside.long()], dim=1)
         cache = DynamicCache(config=self.model.config)
-        # transformers >= 5.24 names the argument `cache` (`past_key_values` warns, and goes in 5.40)
-        arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with self._autocast():
             first = self.model(
                 input_ids=p_ids.to(dev),
                 attention_mask=p_mask.to(dev),
                 position_ids=p_pos.to(dev),
                 use_cache=True,
-                **{arg: cache},
+                **{self._cache_arg: cache},
                 logits_to_keep=1,
             ).logits[:, -1]
             cache.batch_select_indices(owner.to(dev))
@@ -430,7 +431,7 @@ class Actor:
                     attention_mask=mask.to(dev),
                     position_ids=(plens.unsqueeze(1) + steps).to(dev),
                     use_cache=True,
-                    **{arg: cache},
+                    **{self._cache_arg: cache},
                     logits_to_keep=torch.arange(t - 1, device=dev),
                 ).logits
                 if t > 1
@@ -575,10 +576,8 @@ class Actor:
                     extra = {}
                     if micro.rollout_is_weights is not None:
                         extra["rollout_is_weights"] = micro.rollout_is_weights.to(dev)
-                    if (
-                        self.algo.loss_agg_mode == "seq-mean-token-sum-norm"
-                    ):  # only then: registered losses keep
-                        extra["loss_scale_factor"] = self.algo.loss_scale_factor  # their signature
+                    if self.algo.loss_agg_mode == "seq-mean-token-sum-norm":  # only then: registered losses
+                        extra["loss_scale_factor"] = self.algo.loss_scale_factor  # keep their signature
                     loss, stats = self.policy_loss(
                         logp,
                         old,
