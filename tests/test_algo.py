@@ -462,9 +462,9 @@ def test_registries_select_estimators_and_losses_by_name():
     finally:
         del ADV_ESTIMATORS["test_rloo"]
     with pytest.raises(
-        ConfigError, match="algorithm.policy_loss='grpo_zero' is not one of cispo, gspo, vanilla"
+        ConfigError, match="algorithm.policy_loss.loss_mode='grpo_zero' is not one of cispo, gspo, vanilla"
     ):
-        load_config(None, ["algorithm.policy_loss=grpo_zero"])
+        load_config(None, ["algorithm.policy_loss.loss_mode=grpo_zero"])
     with pytest.raises(ValueError, match="unknown policy loss 'grpo_zero'; registered: cispo, gspo, vanilla"):
         get_policy_loss("grpo_zero")
 
@@ -538,16 +538,17 @@ def test_gspo_by_hand():
 
 def test_cispo_and_gspo_are_selectable_and_train_the_real_actor(tmp_path):
     from dapo_rl.actor import Actor, TrainBatch
-    from dapo_rl.config import ActorConfig, AlgorithmConfig, load_config
+    from dapo_rl.config import ActorConfig, AlgorithmConfig, PolicyLossConfig, load_config
     from dapo_rl.models.tiny import save_tiny_checkpoint
 
     save_tiny_checkpoint(tmp_path, seed=2)
     for name in ("cispo", "gspo"):
-        assert load_config(None, [f"algorithm.policy_loss={name}"]).algorithm.policy_loss == name
+        cfg = load_config(None, [f"algorithm.policy_loss.loss_mode={name}"])
+        assert cfg.algorithm.policy_loss.loss_mode == name
         actor = Actor(
             str(tmp_path),
             ActorConfig(ppo_micro_batch_size=2, ppo_mini_batch_size=2, lr=1e-3),
-            AlgorithmConfig(policy_loss=name),
+            AlgorithmConfig(policy_loss=PolicyLossConfig(loss_mode=name)),
         )
         batch = TrainBatch.build(
             [[1, 2, 3]] * 4,
@@ -599,3 +600,48 @@ def test_dr_grpo_mode_reaches_the_loss_through_the_actor(tmp_path):
         actor = Actor(str(tmp_path), ActorConfig(ppo_micro_batch_size=1, lr=0.0), algo)
         losses[factor] = actor.update(batch)["actor/pg_loss"]
     assert losses[1.0] != 0 and losses[4.0] == pytest.approx(losses[1.0] / 4, rel=1e-5)
+
+
+def test_carried_rows_take_the_recorded_sampling_log_probs_as_pi_old(tmp_path):
+    """Zero-waste dynamic sampling: a group carried from the previous step was sampled by the previous policy, so
+    its importance ratio is pi_theta / mu with mu the engine's recorded log-probs; fresh rows keep the recompute."""
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    save_tiny_checkpoint(tmp_path, seed=2)
+    actor = Actor(
+        str(tmp_path), ActorConfig(ppo_micro_batch_size=4, ppo_mini_batch_size=2), AlgorithmConfig()
+    )
+    recorded = [[-3.0, -2.0], [-1.5], [-0.5, -0.25, -4.0], [-2.5]]
+    build = lambda stale: TrainBatch.build(  # noqa: E731
+        [[1, 2, 3]] * 4,
+        [[4, 5], [6], [7, 8, 9], [10]],
+        torch.tensor([1.0, -1.0, 0.5, -0.5]),
+        torch.ones(4),
+        257,
+        rollout_logprobs=recorded,
+        minibatch=[0, 0, 1, 1],
+        stale=stale,
+    )
+    current = actor.compute_log_prob(build(None))
+    batch = build([True, False, True, False])
+    assert batch.slice(torch.tensor([2, 3])).stale.tolist() == [True, False]
+    actor.update(batch)
+    old = batch.old_log_prob
+    assert old[0, :2].tolist() == [-3.0, -2.0] and old[2].tolist() == [-0.5, -0.25, -4.0]
+    assert torch.allclose(old[1, :1], current[1, :1]) and torch.allclose(old[3, :1], current[3, :1])
+    # on-policy shape (one mini-batch, one epoch) still recomputes once carried rows are present
+    one = TrainBatch.build(
+        [[1, 2, 3]] * 2,
+        [[4, 5], [6]],
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2),
+        257,
+        rollout_logprobs=recorded[:2],
+        stale=[False, True],
+    )
+    metrics = actor.update(one)
+    assert metrics["time/old_log_prob_s"] > 0 and one.old_log_prob[1, 0].item() == -1.5
+    with pytest.raises(ValueError, match="carried from an earlier step need the engine's sampling log-probs"):
+        actor.update(TrainBatch.build([[1]], [[4]], torch.tensor([1.0]), torch.ones(1), 257, stale=[True]))

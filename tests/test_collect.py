@@ -144,3 +144,129 @@ def _sampling():
     from dapo_rl.rollout import SamplingParams
 
     return SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=3)
+
+
+# ---------------------------------------------------------------------------------------- zero-waste sampling
+def first_byte_is_digit(data_source, solution_str, ground_truth, extra_info=None):
+    """Right when the response starts with a digit (a random byte-level model: about 4% of answers): most groups
+    of 4 are all wrong, so dynamic sampling drops most of what it generates."""
+    return 1.0 if solution_str[:1].isdigit() else -1.0
+
+
+def right_with_parity_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Always right (score > 0), scored 1.0 or 0.5 by the parity of the first byte."""
+    return 1.0 if solution_str and ord(solution_str[0]) % 2 == 0 else 0.5
+
+
+def test_step_statistics_by_hand(parts):
+    from dapo_rl.collect import PromptGroup, Rollout, _step_stats
+
+    s = parts[2].samples[0]
+    mk = lambda acc, n, lp: Rollout(s, 0, 0, [1], [5] * n, [lp] * n, acc=acc)  # noqa: E731
+    groups = [
+        PromptGroup((1, 0), [mk(True, 2, 0.0), mk(True, 4, 0.0)]),  # all correct, 6 tokens of probability 1
+        PromptGroup((1, 1), [mk(False, 3, -0.5), mk(False, 1, -0.5)]),  # all wrong, 4 tokens of exp(-0.5)
+        PromptGroup((1, 2), [mk(True, 5, -1.0), mk(False, 5, -1.0)]),  # mixed, 10 tokens of exp(-1)
+    ]
+    stats = _step_stats(groups, 1, 1, DistContext(), filtered_tokens=10, surplus_tokens=5)
+    assert stats["train/all_correct_group_ratio"] == pytest.approx(1 / 3)
+    assert stats["train/all_wrong_group_ratio"] == pytest.approx(1 / 3)
+    assert stats["train/gen_samples"] == 6 and stats["train/gen_tokens"] == 20
+    assert stats["train/token_prob_mean"] == pytest.approx(
+        (6 + 4 * 0.6065307 + 10 * 0.3678794) / 20, rel=1e-6
+    )
+    assert stats["train/gen_tokens_filtered_ratio"] == 0.5  # 10 / 20
+    assert stats["train/gen_tokens_surplus_ratio"] == 0.25  # 5 / 20
+    assert stats["train/gen_tokens_wasted_ratio"] == 0.75
+
+
+def test_round_size_and_skipping_solved_prompts():
+    from dapo_rl.collect import draw_prompts, round_size
+
+    assert round_size(32, None, 64) == 64  # no estimate yet: the configured round
+    assert round_size(32, 0.45, 64) == 64  # ceil(32 / 0.45) = 72, capped
+    assert round_size(20, 0.5, 64) == 40
+    assert round_size(3, 0.45, 64) == 16  # ceil(6.7) = 7, raised to a quarter of 64
+    assert round_size(3, 0.45, 64, world_size=32) == 32
+    sampler = EpochSampler(10, shuffle=False)
+    skip = {1: 1, 2: 2}
+    assert draw_prompts(sampler, 4, skip) == ([0, 3, 4, 5], 2)
+    assert skip == {2: 1}  # 1 used its only skip; 2 has one left
+    assert draw_prompts(sampler, 4, skip) == ([6, 7, 8, 9], 0)
+    assert draw_prompts(sampler, 3, skip) == ([0, 1, 3], 1) and skip == {}  # epoch 2: 2 skipped a last time
+    everything = {i: 5 for i in range(10)}
+    got, passed = draw_prompts(EpochSampler(10, shuffle=False), 3, everything)
+    assert passed == 10 and got == [0, 1, 2]  # all solved: one epoch looked at, then re-checked early
+    assert draw_prompts(EpochSampler(10, shuffle=False), 2, None) == ([0, 1], 0)
+
+
+def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState
+
+    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        cfg = _cfg("first_byte_parity", "data.gen_batch_size=16")  # ~8 groups kept per round, 4 wanted
+        plain, stats = collect_batch(engine, scorer, EpochSampler(len(ds), seed=3), ds, cfg, step=1)
+        kept_round = round(stats["train/filter_pass_ratio"] * 16)
+        assert kept_round > 4  # surplus exists, and is discarded without carry_surplus
+        gen = stats["train/gen_tokens"]
+        assert stats["train/gen_tokens_wasted_ratio"] == pytest.approx(
+            1 - sum(x.response_length for g in plain for x in g.rollouts) / gen
+        )
+        cfg = _cfg(
+            "first_byte_parity", "data.gen_batch_size=16", "algorithm.filter_groups.carry_surplus=true"
+        )
+        state, sampler = SamplingState(), EpochSampler(len(ds), seed=3)
+        first, s1 = collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
+        assert [g.key for g in first] == [g.key for g in plain]  # the same rounds, the same batch
+        assert len(state.carry) == kept_round - 4 and s1["train/gen_tokens_surplus_ratio"] == 0.0
+        carried = [g.rollouts[0].problem_idx for g in state.carry]
+        second, s2 = collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
+    n_carried = min(len(carried), 4)
+    assert [g.rollouts[0].problem_idx for g in second[:n_carried]] == carried[:n_carried]
+    assert [g.key for g in second[:n_carried]] == [(0, i) for i in range(n_carried)]
+    assert s2["train/carried_groups"] == n_carried
+    batch = make_train_batch(second, cfg, tok.pad_token_id, step=2)
+    assert batch.stale.tolist() == [True] * 4 * n_carried + [False] * 4 * (4 - n_carried)
+    if len(carried) >= 4:  # the batch was full of carried groups: no round was needed
+        assert s2["train/num_gen_batches"] == 0 and s2["train/gen_samples"] == 0
+
+
+def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState
+
+    cfg = _cfg(
+        "first_byte_is_digit",
+        "data.gen_batch_size=16",
+        "algorithm.filter_groups.adaptive_gen_batch=true",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "algorithm.filter_groups.max_num_gen_batches=3",
+    )
+    state = SamplingState(kept_rate=0.5)
+    with RewardPool(f"{__name__}:first_byte_is_digit", num_workers=0) as pool:
+        sampler = EpochSampler(len(ds), seed=0)
+        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, state=state)
+    # round 1: ceil(4 / 0.5) = 8 prompts; the running rate then falls, so later rounds grow toward 16
+    assert stats["train/gen_prompts"] == sampler.pos >= 8
+    assert stats["train/kept_rate"] < 0.5
+    # every answer is right (acc), with scores that differ (the filter on `score` keeps the groups): every prompt
+    # of the round is solved, skipped on its next 2 draws
+    solved_cfg = _cfg(
+        "right_with_parity_score",
+        "algorithm.filter_groups.skip_solved=2",
+        "algorithm.filter_groups.metric=score",
+    )
+    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    with RewardPool(f"{__name__}:right_with_parity_score", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, state=state)
+        assert state.skip == {i: 2 for i in range(8)}
+        sampler.pos = 0  # the same prompts come up again: passed over once each, the next 8 sampled instead
+        _, stats = collect_batch(engine, scorer, sampler, ds, solved_cfg, step=2, state=state)
+    assert stats["train/skipped_prompts"] == 8 and sampler.pos == 16
+    assert state.skip == {i: 1 for i in range(8)} | {i: 2 for i in range(8, 16)}
+    restored = SamplingState()
+    restored.load_state_dict(state.state_dict())
+    assert restored.skip == state.skip and restored.carry == []

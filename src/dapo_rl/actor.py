@@ -125,6 +125,8 @@ class TrainBatch:
         num_minibatches: optimizer steps per epoch (the same on every rank).
         rollout_is_weights: `(B, T)` float importance weights of the rollout correction, or None (set by
             `Actor.update`).
+        stale: `(B,)` bool, rows sampled by an earlier policy (groups carried over by zero-waste dynamic
+            sampling): their pi_old is the engine's recorded log-probs, not a recompute. None: none.
     """
 
     input_ids: torch.Tensor
@@ -137,6 +139,7 @@ class TrainBatch:
     minibatch: torch.Tensor | None = None
     num_minibatches: int = 1
     rollout_is_weights: torch.Tensor | None = None
+    stale: torch.Tensor | None = None
 
     @staticmethod
     def build(
@@ -147,9 +150,10 @@ class TrainBatch:
         pad_id: int,
         rollout_logprobs: list[list[float]] | None = None,
         minibatch: list[int] | None = None,
+        stale: list[bool] | None = None,
     ) -> TrainBatch:
         """Pack token lists; `loss_mask` `(B,)` zeroes whole responses (overlong filtering); `minibatch` numbers the
-        optimizer step of each row (default: all in one)."""
+        optimizer step of each row (default: all in one); `stale` flags rows sampled by an earlier policy."""
         lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
         b, width, t = len(prompts), max(lens), max(max(len(r) for r in responses), 1)
         ids = torch.full((b, width), pad_id, dtype=torch.long)
@@ -177,6 +181,7 @@ class TrainBatch:
             roll,
             mb,
             int(mb.max()) + 1 if b else 1,
+            stale=None if stale is None else torch.tensor(stale, dtype=torch.bool),
         )
 
     def __len__(self) -> int:
@@ -203,6 +208,7 @@ class TrainBatch:
             None if self.minibatch is None else self.minibatch[idx],
             self.num_minibatches,
             cut(self.rollout_is_weights),
+            None if self.stale is None else self.stale[idx],
         )
 
 
@@ -246,7 +252,7 @@ class Actor:
         self.cfg, self.algo = cfg, algo
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
-        self.policy_loss = get_policy_loss(algo.policy_loss)
+        self.policy_loss = get_policy_loss(algo.policy_loss.loss_mode)
         model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
             self.ctx.device
         )
@@ -523,13 +529,20 @@ class Actor:
             raise ValueError(
                 "algorithm.rollout_correction needs the engine's sampling log-probs, and the batch has none"
             )
+        stale = (
+            batch.stale
+        )  # set on every rank when the step's batch holds carried rows (the recompute is collective)
+        if stale is not None and mu is None:
+            raise ValueError("rows carried from an earlier step need the engine's sampling log-probs")
         t_old = 0.0
         if rc.bypass_mode:
             batch.old_log_prob = mu
-        elif (correct or not on_policy) and batch.old_log_prob is None:
+        elif (correct or not on_policy or stale is not None) and batch.old_log_prob is None:
             t0 = time.perf_counter()
             batch.old_log_prob = self.compute_log_prob(batch)
             t_old = time.perf_counter() - t0
+        if stale is not None and not rc.bypass_mode:  # pi_old of a carried row: the policy that sampled it
+            batch.old_log_prob = torch.where(stale[:, None], mu, batch.old_log_prob)
         mismatch = MismatchStats()
         if correct:
             weights, kept = compute_rollout_correction(

@@ -1,4 +1,4 @@
-"""The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`.
+"""The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`, `dapo ablate`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
@@ -90,6 +90,32 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=256, help="sequences generated together")
     ev.add_argument("--num-workers", type=int, default=1, help="scoring processes")
     ev.add_argument("--seed", type=int, default=0)
+    ab = sub.add_parser(
+        "ablate",
+        help="DAPO's ablation ladder (or another spec) at equal budgets of generated samples",
+        description="Run each row of an ablation spec (configs/ablation/*.yaml) with --seeds seeds as its own "
+        "`dapo train`, each stopping at the spec's budget of sampled responses, then write <out>/ablation.md "
+        "(held-out accuracy mean ± sd, samples to reach the reference row's accuracy) and one figure per quantity. "
+        "Finished runs are skipped and interrupted ones resumed when the command is repeated.",
+    )
+    ab.add_argument(
+        "spec", nargs="?", default="ladder", help="spec file or shipped spec name (default: ladder)"
+    )
+    ab.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
+    ab.add_argument("--out", default="runs/ablation", help="results directory (default runs/ablation)")
+    ab.add_argument("--rows", help="comma-separated row names to run (default: all)")
+    ab.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides applied to every run, after the spec's",
+    )
+    ab.add_argument("--budget-samples", type=int, help="sampled responses per run (default: the spec's)")
+    ab.add_argument("--test-freq-samples", type=int, help="validate every this many (default: the spec's)")
+    ab.add_argument(
+        "--report", action="store_true", help="only rewrite the table and figures from finished runs"
+    )
     pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
     pl.add_argument("run_dir")
     pn = sub.add_parser(
@@ -143,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "score":
             return _score(args)
+        if args.command == "ablate":
+            return _ablate(args)
         if args.command == "eval":
             return _eval(args)
         if args.command == "plan":
@@ -158,6 +186,28 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def _ablate(args) -> int:
+    """`dapo ablate`: see `dapo_rl.ablate`."""
+    from dapo_rl.ablate import load_spec, run_ablation, write_report
+    from dapo_rl.config import ConfigError
+
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds={args.seeds} must be >= 1")
+    spec = load_spec(args.spec)
+    for key in ("budget_samples", "test_freq_samples"):
+        value = getattr(args, key)
+        if value is not None:
+            if value < 1:
+                raise ConfigError(f"--{key.replace('_', '-')}={value} must be >= 1")
+            setattr(spec, key, value)
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    if args.report:
+        chosen = [r for r in spec.rows if rows is None or r.name in rows]
+        print(write_report(spec, Path(args.out), args.seeds, chosen))
+        return 0
+    return run_ablation(spec, Path(args.out), args.seeds, rows, args.set)
 
 
 def _train(cfg, args, argv: list[str]) -> int:

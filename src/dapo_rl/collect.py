@@ -301,6 +301,79 @@ def generation_seed(seed: int, step: int, round_: int, rank: int = 0) -> int:
     return (seed * 1_000_003 + step * 1_009 + round_ + rank * 100_003) % (2**31)
 
 
+@dataclass
+class SamplingState:
+    """What dynamic sampling keeps from one step to the next (the zero-waste options of
+    `algorithm.filter_groups`); the same on every rank.
+
+    Attributes:
+        carry: kept groups beyond the last batch (`carry_surplus`), trained on next step or dropped.
+        kept_rate: running share of sampled prompts whose group was kept (`adaptive_gen_batch`); None before the
+            first round.
+        skip: prompt index -> how many more of its draws to skip (`skip_solved`).
+    """
+
+    carry: list[PromptGroup] = field(default_factory=list)
+    kept_rate: float | None = None
+    skip: dict[int, int] = field(default_factory=dict)
+
+    def state_dict(self) -> dict:
+        """JSON-safe state for a checkpoint; carried groups are not saved (a resumed run starts without them)."""
+        return {"kept_rate": self.kept_rate, "skip": {str(k): v for k, v in sorted(self.skip.items())}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.carry = []
+        self.kept_rate = state.get("kept_rate")
+        self.skip = {int(k): int(v) for k, v in (state.get("skip") or {}).items()}
+
+
+KEPT_RATE_MOMENTUM = 0.7
+"""Weight of the previous estimate in the running kept-rate (`adaptive_gen_batch`)."""
+
+
+def round_size(need: int, kept_rate: float | None, gen_batch_size: int, world_size: int = 1) -> int:
+    """Prompts for the next generation round under `adaptive_gen_batch`: enough that `kept_rate` of them fill the
+    `need` groups still missing, between a quarter of `gen_batch_size` (small rounds keep the engine's batch too
+    small to be efficient) and `gen_batch_size`, and at least `world_size`. `kept_rate` None: `gen_batch_size`.
+
+    Example: need 32, kept-rate 0.45 -> ceil(71.1) = 72, capped at 64; need 3 -> 7, raised to 16 (64 / 4).
+    """
+    if kept_rate is None:
+        return gen_batch_size
+    size = math.ceil(need / max(kept_rate, 0.02))
+    return min(max(size, math.ceil(gen_batch_size / 4), world_size), gen_batch_size)
+
+
+def draw_prompts(sampler: EpochSampler, k: int, skip: dict[int, int] | None) -> tuple[list[int], int]:
+    """The next `k` prompt indices, passing over prompts with skips left (`skip_solved`; each pass uses one up).
+
+    At most one epoch's worth of prompts is looked at; if that leaves fewer than `k` (nearly every prompt solved),
+    the round is topped up with the next draws regardless of their skips (re-checked early).
+
+    Returns:
+        `(indices, skipped)`: the drawn indices and how many draws were skipped.
+    """
+    if not skip:
+        return sampler.next(k), 0
+    out: list[int] = []
+    looked = skipped = 0
+    while len(out) < k and looked < sampler.size:
+        for i in sampler.next(min(k - len(out), sampler.size - looked)):
+            looked += 1
+            left = skip.get(i, 0)
+            if left > 0:
+                skipped += 1
+                if left > 1:
+                    skip[i] = left - 1
+                else:
+                    del skip[i]
+            else:
+                out.append(i)
+    if len(out) < k:
+        out.extend(sampler.next(k - len(out)))
+    return out, skipped
+
+
 def collect_batch(
     engine,
     scorer: Scorer,
@@ -310,6 +383,7 @@ def collect_batch(
     step: int,
     ctx: DistContext | None = None,
     log: Callable[[str], None] = print,
+    state: SamplingState | None = None,
 ) -> tuple[list[PromptGroup], dict]:
     """Dynamic sampling (DAPO section 3.2, Eq. 11): generation rounds of `data.gen_batch_size` prompts, keeping the
     groups whose metric varies, until `data.train_batch_size` groups are kept over all ranks.
@@ -319,36 +393,54 @@ def collect_batch(
     gathered and ordered by `(round, position)`, which is the order one process would keep them in, and the first
     `train_batch_size` are the batch (the same list on every rank).
 
+    Zero-waste options (`algorithm.filter_groups`, state in `state`): `carry_surplus` puts the kept groups beyond
+    the batch first into the next step's batch (key `(0, i)`; a carried group not used then is dropped);
+    `skip_solved` passes over prompts whose last group was all correct; `adaptive_gen_batch` sizes each round from
+    the running kept-rate (`round_size`).
+
     Args:
         engine: rollout engine (`generate`).
         scorer: scores and shapes rollouts.
-        sampler: the training-prompt sampler (advanced by `gen_batch_size` per round).
+        sampler: the training-prompt sampler (advanced by each round's prompts).
         dataset: the training prompts.
         cfg: the run's configuration.
         step: the RL step (seeds and fault injection).
         ctx: this rank (None: one process).
         log: where a partial-batch note goes.
+        state: dynamic sampling's state between steps (None: a fresh one, no carry).
 
     Returns:
         `(groups, stats)`: the training batch's groups (all ranks') and statistics over every response generated
         this step on all ranks (all rounds), not only the kept ones; `time/generate_s` is this rank's time in the
-        engine.
+        engine. `train/gen_tokens_wasted_ratio` is the share of this step's generated response tokens that no
+        update will see: groups dropped by the filter (`..._filtered_ratio`) and kept groups dropped as surplus
+        (`..._surplus_ratio`; with `carry_surplus`, carried groups that found no room either).
 
     Raises:
         DynamicSamplingExhausted: `max_num_gen_batches` rounds did not fill the batch and `on_exhausted` is `error`
             (on every rank alike).
     """
     ctx = ctx or DistContext()
+    state = state if state is not None else SamplingState()
     fg = cfg.algorithm.filter_groups
     r = cfg.rollout
     want = cfg.data.train_batch_size
+    carried = [replace(g, key=(0, i)) for i, g in enumerate(state.carry)] if fg.carry_surplus else []
+    state.carry = []
     kept: list[PromptGroup] = []
     generated: list[PromptGroup] = []
-    rounds = 0
+    filtered_tokens = 0
+    rounds = skipped = prompts = 0
     generate_s = 0.0
-    while True:
+    total_kept = len(carried)
+    while total_kept < want:
         rounds += 1
-        indices = sampler.next(cfg.data.gen_batch_size)
+        size = cfg.data.gen_batch_size
+        if fg.enable and fg.adaptive_gen_batch:
+            size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
+        indices, passed = draw_prompts(sampler, size, state.skip if fg.skip_solved > 0 else None)
+        skipped += passed
+        prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
         params = SamplingParams(
             n=r.n,
@@ -371,6 +463,7 @@ def collect_batch(
         generate_s += seconds
         groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]
         generated.extend(groups)
+        kept_before = len(kept)
         if fg.enable and groups:
             metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
             gidx = torch.repeat_interleave(
@@ -378,9 +471,24 @@ def collect_batch(
             )
             keep = set(kept_group_ids(metric, gidx).tolist())
             kept.extend(g for i, g in enumerate(groups) if i in keep)
+            filtered_tokens += sum(
+                x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts
+            )
         else:
             kept.extend(groups)
-        total_kept = int(all_reduce([len(kept)], ctx)[0])
+        if fg.enable and fg.skip_solved > 0:
+            solved = [g.rollouts[0].problem_idx for g in groups if all(x.acc for x in g.rollouts)]
+            for i in (i for part in all_gather_objects(solved, ctx) for i in part):
+                state.skip[i] = fg.skip_solved
+        round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
+        if indices:
+            rate = round_kept / len(indices)
+            state.kept_rate = (
+                rate
+                if state.kept_rate is None
+                else KEPT_RATE_MOMENTUM * state.kept_rate + (1 - KEPT_RATE_MOMENTUM) * rate
+            )
+        total_kept = len(carried) + int(total_fresh)
         if total_kept >= want:
             break
         if fg.max_num_gen_batches > 0 and rounds >= fg.max_num_gen_batches:
@@ -400,8 +508,22 @@ def collect_batch(
                 "on_exhausted=partial, disable algorithm.filter_groups.enable, or start from a model that solves "
                 "some but not all of these problems."
             )
-    batch = sorted((g for part in all_gather_objects(kept, ctx) for g in part), key=lambda g: g.key)[:want]
-    stats = _step_stats(generated, rounds, total_kept, ctx) | {"train/kept_groups": len(batch)}
+    fresh = sorted((g for part in all_gather_objects(kept, ctx) for g in part), key=lambda g: g.key)
+    pool = carried + fresh
+    batch, surplus = pool[:want], pool[want:]
+    if fg.carry_surplus:
+        state.carry = [g for g in surplus if g.key[0] > 0]  # fresh surplus: next step; stale surplus: dropped
+        surplus = [g for g in surplus if g.key[0] == 0]
+    surplus_tokens = sum(x.response_length for g in surplus for x in g.rollouts)
+    stats = _step_stats(generated, rounds, total_kept - len(carried), ctx, filtered_tokens, surplus_tokens)
+    stats |= {
+        "train/kept_groups": len(batch),
+        "train/carried_groups": sum(g.key[0] == 0 for g in batch),
+        "train/gen_prompts": prompts,
+        "train/skipped_prompts": skipped,
+    }
+    if state.kept_rate is not None:
+        stats["train/kept_rate"] = state.kept_rate
     return batch, stats | {"time/generate_s": generate_s}
 
 
@@ -411,9 +533,24 @@ def _usable_partial(kept: int, n: int, world: int) -> int:
     return kept - kept % step
 
 
-def _step_stats(generated: list[PromptGroup], rounds: int, total_kept: int, ctx: DistContext) -> dict:
-    """Means over every response generated in the step, on all ranks."""
+def _step_stats(
+    generated: list[PromptGroup],
+    rounds: int,
+    total_kept: int,
+    ctx: DistContext,
+    filtered_tokens: int = 0,
+    surplus_tokens: int = 0,
+) -> dict:
+    """Means over every response generated in the step, on all ranks.
+
+    `filtered_tokens` (this rank's response tokens in groups the filter dropped) and `surplus_tokens` (tokens of
+    kept groups dropped for lack of room, the same count on every rank) give `train/gen_tokens_wasted_ratio`: the
+    share of the step's generated response tokens that no update sees. `train/token_prob_mean` is the mean sampling probability of the generated
+    tokens (`exp` of the engine's log-probs; DAPO Fig. 7's "mean probability"), `train/all_correct_group_ratio`
+    and `train/all_wrong_group_ratio` the share of groups whose responses were all right / all wrong (Fig. 3b).
+    """
     rs = [x for g in generated for x in g.rollouts]
+    lps = [lp for x in rs for lp in x.logprobs]
     sums = all_reduce(
         [
             len(rs),
@@ -424,23 +561,51 @@ def _step_stats(generated: list[PromptGroup], rounds: int, total_kept: int, ctx:
             sum(x.truncated for x in rs),
             sum(x.status == "error" for x in rs),
             sum(x.status == "timeout" for x in rs),
+            sum(all(x.acc for x in g.rollouts) for g in generated),
+            sum(not any(x.acc for x in g.rollouts) for g in generated),
+            float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
+            len(lps),
+            filtered_tokens,
         ],
         ctx,
     )
-    n, groups, reward, acc, length, truncated, errors, timeouts = sums
+    (
+        n,
+        groups,
+        reward,
+        acc,
+        length,
+        truncated,
+        errors,
+        timeouts,
+        all_right,
+        all_wrong,
+        prob,
+        n_lp,
+        filtered,
+    ) = sums
     longest = all_reduce([max((x.response_length for x in rs), default=0)], ctx, op="max")[0]
-    n = max(n, 1.0)
-    return {
-        "train/reward_mean": reward / n,
-        "train/acc_mean": acc / n,
-        "train/response_length_mean": length / n,
+    out = {
+        "train/reward_mean": reward / max(n, 1.0),
+        "train/acc_mean": acc / max(n, 1.0),
+        "train/response_length_mean": length / max(n, 1.0),
         "train/response_length_max": longest,
-        "train/response_clip_ratio": truncated / n,
+        "train/response_clip_ratio": truncated / max(n, 1.0),
         "train/num_gen_batches": rounds,
         "train/filter_pass_ratio": total_kept / max(groups, 1.0),
-        "reward/error_rate": errors / n,
-        "reward/timeout_rate": timeouts / n,
+        "train/all_correct_group_ratio": all_right / max(groups, 1.0),
+        "train/all_wrong_group_ratio": all_wrong / max(groups, 1.0),
+        "train/gen_samples": int(n),
+        "train/gen_tokens": int(length),
+        "train/gen_tokens_wasted_ratio": (filtered + surplus_tokens) / max(length, 1.0),
+        "train/gen_tokens_filtered_ratio": filtered / max(length, 1.0),
+        "train/gen_tokens_surplus_ratio": surplus_tokens / max(length, 1.0),
+        "reward/error_rate": errors / max(n, 1.0),
+        "reward/timeout_rate": timeouts / max(n, 1.0),
     }
+    if n_lp:
+        out["train/token_prob_mean"] = prob / n_lp
+    return out
 
 
 def make_train_batch(
@@ -480,6 +645,7 @@ def make_train_batch(
         order,
     )
     mine = [rollouts[i] for i in rows]
+    stale = [g.key[0] == 0 for g in groups for _ in g.rollouts]  # carried from the previous step
     return TrainBatch.build(
         [x.prompt_ids for x in mine],
         [x.response_ids for x in mine],
@@ -488,4 +654,5 @@ def make_train_batch(
         pad_id,
         rollout_logprobs=[x.logprobs for x in mine],
         minibatch=minibatch,
+        stale=[stale[i] for i in rows] if any(stale) else None,
     )

@@ -125,6 +125,16 @@ class FilterGroupsConfig:
     on_exhausted: str = "error"
     """When `max_num_gen_batches` rounds did not fill the batch: `error` (stop with a message, exit code 3) or
     `partial` (train on the groups kept so far)."""
+    carry_surplus: bool = False
+    """Zero-waste dynamic sampling, 1/3: kept groups beyond `train_batch_size` go into the next step's batch (first,
+    at most one step stale) instead of being discarded; their importance ratio uses the engine's recorded sampling
+    log-probs as pi_old. A resumed run starts without carried groups."""
+    skip_solved: int = 0
+    """Zero-waste, 2/3: a prompt whose group came out all correct is skipped the next `skip_solved` times the sampler
+    draws it, then sampled again (re-checked); 0: off."""
+    adaptive_gen_batch: bool = False
+    """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
+    what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
 
 
 @dataclass
@@ -151,17 +161,24 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    """Which policy loss (verl's `actor.policy_loss`)."""
+
+    loss_mode: str = "vanilla"
+    """By its name in `dapo_rl.algo.POLICY_LOSSES`: `vanilla` (PPO clip with DAPO's Clip-Higher and dual-clip, DAPO
+    Eq. 10), `cispo` (MiniMax-M1, arXiv 2506.13585 Eq. 4-5: a REINFORCE term weighted by the clipped, stop-gradient
+    ratio), `gspo` (Qwen, arXiv 2507.18071 Eq. 5-7: the ratio and its clip per sequence; use its much smaller clip
+    ranges, e.g. 3e-4 / 4e-4). Register your own with `dapo_rl.algo.register_policy_loss`."""
+
+
+@dataclass
 class AlgorithmConfig:
     """DAPO's objective (paper section 3, verl's `algorithm.*` and `actor.*` loss fields)."""
 
     adv_estimator: str = "grpo"
     """Advantage estimator, by its name in `dapo_rl.algo.ADV_ESTIMATORS` (`grpo`: group-normalised, DAPO Eq. 9;
     register your own with `dapo_rl.algo.register_adv_est`)."""
-    policy_loss: str = "vanilla"
-    """Policy loss, by its name in `dapo_rl.algo.POLICY_LOSSES`, as verl's `policy_loss.loss_mode`: `vanilla` (PPO
-    clip with DAPO's Clip-Higher and dual-clip), `cispo` (MiniMax-M1: a REINFORCE term weighted by the clipped,
-    stop-gradient ratio), `gspo` (Qwen: the ratio and its clip per sequence; use its much smaller clip ranges). Register
-    your own with `dapo_rl.algo.register_policy_loss`."""
+    policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     norm_adv_by_std_in_grpo: bool = True
     """Divide by the group's standard deviation (GRPO); false gives Dr. GRPO's mean-only centring."""
     clip_ratio_low: float = 0.2
@@ -319,9 +336,17 @@ class TrainerConfig:
     output_dir: str = "runs/dapo"
     """Run directory: resolved config, metrics.jsonl, training-dynamics PNG, checkpoints."""
     total_training_steps: int = 100
+    max_generated_samples: int = 0
+    """Also stop after the step at which the run has sampled this many training responses (all generation rounds,
+    all ranks; `train/gen_samples_total`); 0: no such limit. Dynamic sampling generates more per step than plain
+    GRPO, so this, not the step count, is the fair budget when comparing them (`dapo ablate`)."""
     seed: int = 0
     test_freq: int = 5
     """Validate every N steps (and at step 0 when `val_before_train`); -1 disables."""
+    test_freq_samples: int = 0
+    """Also validate at the first step after the run's sampled responses (`train/gen_samples_total`) pass each
+    multiple of this; 0: off. Runs that sample at different rates per step (dynamic sampling) are then validated
+    at comparable sample counts (`dapo ablate`)."""
     val_before_train: bool = True
     save_freq: int = -1
     """Checkpoint every N steps; the last step is always saved. -1: only the last step."""
@@ -357,6 +382,17 @@ class SFTConfig:
     output_dir: str = ""
     """Where to save the model; empty: the embedded model's cache directory."""
     task: ReasoningGymConfig = field(default_factory=lambda: ReasoningGymConfig(size=50000, seed=1000))
+    completion: str = "answer"
+    """Supervised targets: `answer` (`Answer: N`), `steps` (one line per operation, then `Answer: N`; chain_sum only,
+    `dapo_rl.data.solutions`) or `mixed` (each problem takes the worked steps with probability `steps_fraction`): a
+    warm-up with a spread of response lengths for RL to move along."""
+    steps_fraction: float = 0.5
+    """Share of worked-step targets with `completion=mixed`."""
+    autocast_dtype: str = "none"
+    """`none`, `bfloat16` or `auto` (bf16 where it measures faster), as `actor.autocast_dtype`."""
+    attn_implementation: str = "sdpa"
+    """transformers' attention kernel for the warm-up, or `auto` (as `model.attn_implementation`, probed at
+    `batch_size` rows x the longest prompt + target)."""
     steps: int = 700
     batch_size: int = 128
     lr: float = 2e-3
@@ -544,8 +580,12 @@ def validate_config(cfg: Config) -> None:
         )
     if not cfg.model.attn_implementation.strip():
         raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")
-    _choice(a.policy_loss, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss")
+    _choice(a.policy_loss.loss_mode, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss.loss_mode")
     _choice(cfg.trainer.device, ("auto", "cpu", "cuda"), "trainer.device")
+    _choice(cfg.sft.completion, ("answer", "steps", "mixed"), "sft.completion")
+    _choice(cfg.sft.autocast_dtype, ("none", "bfloat16", "auto"), "sft.autocast_dtype")
+    if not 0.0 <= cfg.sft.steps_fraction <= 1.0:
+        raise ConfigError(f"sft.steps_fraction={cfg.sft.steps_fraction} must be in [0, 1]")
     _choice(cfg.trainer.launcher, ("torchrun", "ray"), "trainer.launcher")
     if r.sleep_level not in (0, 1, 2):
         raise ConfigError(f"rollout.sleep_level={r.sleep_level} is not one of 0, 1, 2")
@@ -612,6 +652,12 @@ def validate_config(cfg: Config) -> None:
     ):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
+    for key, val in (
+        ("trainer.max_generated_samples", cfg.trainer.max_generated_samples),
+        ("trainer.test_freq_samples", cfg.trainer.test_freq_samples),
+    ):
+        if val < 0:
+            raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
     if a.adv_estimator == "grpo" and r.n < 2:
         raise ConfigError(
             f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
@@ -660,7 +706,9 @@ def to_yaml(cfg: Config) -> str:
 HARMLESS_ON_RESUME: tuple[str, ...] = (
     "trainer.output_dir",  # a run directory that was moved or copied
     "trainer.total_training_steps",
+    "trainer.max_generated_samples",
     "trainer.test_freq",
+    "trainer.test_freq_samples",
     "trainer.val_before_train",
     "trainer.save_freq",
     "trainer.max_ckpt_to_keep",

@@ -1,6 +1,7 @@
 """Supervised warm-up (`dapo sft`): builds the embedded base model that `dapo train` starts from.
 
-A tiny Qwen2 model (see `dapo_rl.models.tiny`) learns the response format `Answer: N<eos>` on a reasoning-gym task,
+A tiny Qwen2 model (see `dapo_rl.models.tiny`) learns the response format `Answer: N<eos>` (or worked steps before
+it, `sft.completion`, see `dapo_rl.data.solutions`) on a reasoning-gym task,
 just long enough to solve a fraction of the problems (20-70%), so that RL has groups with mixed rewards to learn
 from. The model is cached, keyed by a hash of its recipe, so later runs start at once.
 """
@@ -19,6 +20,8 @@ import torch
 
 from dapo_rl.config import SFTConfig
 from dapo_rl.data import reasoning_gym_samples, render_prompt
+from dapo_rl.data.solutions import sft_completions
+from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype
 
 
 def cache_root() -> Path:
@@ -26,16 +29,24 @@ def cache_root() -> Path:
     return Path(os.environ.get("DAPO_RL_CACHE", Path.home() / ".cache" / "dapo_rl"))
 
 
+_ADDED_LATER = {
+    "completion": "answer",
+    "steps_fraction": 0.5,
+    "autocast_dtype": "none",
+    "attn_implementation": "sdpa",
+}
+
+
 def embedded_model_dir(cfg: SFTConfig) -> Path:
     """Where the embedded base model for this SFT recipe lives (a hash of the recipe names it)."""
     if cfg.output_dir:
         return Path(cfg.output_dir)
-    digest = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
+    recipe = asdict(cfg)
+    for key, default in _ADDED_LATER.items():  # settings newer than the cache keep older models' names
+        if recipe.get(key) == default:
+            recipe.pop(key)
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"
-
-
-def _completion(answer: str, eos: str) -> str:
-    return f"Answer: {answer}{eos}"
 
 
 def run_sft(cfg: SFTConfig, log=print) -> Path:
@@ -64,9 +75,25 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
     t = cfg.task
     samples = reasoning_gym_samples(t.task, t.size, t.seed, dict(t.params), t.strip_instruction)
     prompts = [render_prompt(tok, s.prompt) for s in samples]
-    comps = [_completion(s.ground_truth, tok.eos_token) for s in samples]
+    comps = [
+        c + tok.eos_token for c in sft_completions(samples, cfg.completion, cfg.steps_fraction, cfg.seed)
+    ]
     p_ids = tok(prompts, add_special_tokens=False)["input_ids"]
     c_ids = tok(comps, add_special_tokens=False)["input_ids"]
+    autocast, why = choose_autocast_dtype(cfg.autocast_dtype, "cpu")
+    compute = torch.bfloat16 if autocast == "bfloat16" else torch.float32
+    attn, attn_why = choose_attn_implementation(
+        cfg.attn_implementation,
+        "cpu",
+        compute,
+        heads=cfg.num_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        rows=cfg.batch_size,
+        seq_len=max(len(p) + len(c) for p, c in zip(p_ids, c_ids)),
+    )
+    model.set_attn_implementation(attn)
+    if cfg.autocast_dtype != "none" or cfg.attn_implementation != "sdpa":
+        log(f"sft: {why}; {attn_why}")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -79,12 +106,13 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
         labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
         for r, (i, s) in enumerate(zip(idx, seqs)):
             ids[r, : len(s)] = torch.tensor(s)
-            attn[r, : len(s)] = 1
+            mask[r, : len(s)] = 1
             labels[r, len(p_ids[i]) : len(s)] = torch.tensor(c_ids[i])  # loss on the completion only
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        with torch.autocast("cpu", dtype=compute, enabled=autocast == "bfloat16"):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

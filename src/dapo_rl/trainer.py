@@ -28,6 +28,7 @@ from dapo_rl.checkpoint import (
 )
 from dapo_rl.collect import (
     DynamicSamplingExhausted,
+    SamplingState,
     Scorer,
     collect_batch,
     crash_point,
@@ -96,6 +97,8 @@ class Trainer:
         self.metrics_path = self.out / "metrics.jsonl"
         self.step = 0
         self.bad_streak = 0
+        self.gen_samples_total = 0
+        self.sampling_state = SamplingState()
         self._check_split()
         try:
             check_engine(cfg.rollout, ctx)
@@ -320,6 +323,8 @@ class Trainer:
         state = load_checkpoint(ckpt, self.actor, self.ctx)
         self.step = int(state["step"])
         self.bad_streak = int(state.get("bad_streak", 0))
+        self.gen_samples_total = int(state.get("gen_samples_total", 0))
+        self.sampling_state.load_state_dict(state.get("dynamic_sampling", {}))
         self.sampler.load_state_dict(state["sampler"])
         if self.ctx.is_main and self.metrics_path.exists():  # rows written after the checkpoint come again
             truncate_metrics(self.metrics_path, self.step)
@@ -371,7 +376,15 @@ class Trainer:
         t0 = time.perf_counter()
         scored_before = self.scorer.seconds
         groups, stats = collect_batch(
-            self.engine, self.scorer, self.sampler, self.train_data, self.cfg, self.step, ctx, self.log
+            self.engine,
+            self.scorer,
+            self.sampler,
+            self.train_data,
+            self.cfg,
+            self.step,
+            ctx,
+            self.log,
+            self.sampling_state,
         )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.cfg, self.tokenizer.pad_token_id, self.step, ctx)
@@ -424,7 +437,8 @@ class Trainer:
         t = self.cfg.trainer
         main = self.ctx.is_main
         rows = []
-        if self.step == 0 and t.val_before_train and t.test_freq > 0:
+        validating = t.test_freq > 0 or t.test_freq_samples > 0
+        if self.step == 0 and t.val_before_train and validating:
             row = {"step": 0, **self.validate()}
             self._write_metrics(row)
             rows.append(row)
@@ -438,12 +452,19 @@ class Trainer:
         )
         write = bar.write if main else _quiet
         try:
-            while self.step < t.total_training_steps:
+            while self.step < t.total_training_steps and not self.budget_spent():
                 t0 = time.perf_counter()
                 self.step += 1
                 row = {"step": self.step, **self.train_step()}
-                last = self.step == t.total_training_steps
-                if t.test_freq > 0 and (self.step % t.test_freq == 0 or last):
+                before = self.gen_samples_total
+                self.gen_samples_total += int(row["train/gen_samples"])
+                row["train/gen_samples_total"] = self.gen_samples_total
+                last = self.step == t.total_training_steps or self.budget_spent()
+                due = (t.test_freq > 0 and self.step % t.test_freq == 0) or (
+                    t.test_freq_samples > 0
+                    and self.gen_samples_total // t.test_freq_samples > before // t.test_freq_samples
+                )
+                if due or (last and validating):
                     row.update(self.validate())
                 row["time/step_s"] = time.perf_counter() - t0
                 self._write_metrics(row)
@@ -474,13 +495,24 @@ class Trainer:
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows
 
+    def budget_spent(self) -> bool:
+        """Whether `trainer.max_generated_samples` (when set) responses have been sampled."""
+        cap = self.cfg.trainer.max_generated_samples
+        return cap > 0 and self.gen_samples_total >= cap
+
     def save_checkpoint(self) -> Path:
         """Write `checkpoints/global_step_<step>/` (see `dapo_rl.checkpoint`); prune old ones.
 
         Raises:
             TrainingDiverged: the weights are not finite (the previous checkpoint is kept).
         """
-        state = {"step": self.step, "bad_streak": self.bad_streak, "sampler": self.sampler.state_dict()}
+        state = {
+            "step": self.step,
+            "bad_streak": self.bad_streak,
+            "gen_samples_total": self.gen_samples_total,
+            "sampler": self.sampler.state_dict(),
+            "dynamic_sampling": self.sampling_state.state_dict(),
+        }
         try:
             return save_checkpoint(
                 self.out,

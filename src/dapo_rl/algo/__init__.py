@@ -7,7 +7,7 @@
 | Eq. 12 token-level loss aggregation     | ``agg_loss``                                 | policy_loss.py       |
 | Eq. 11 dynamic sampling                 | ``filter_groups``, ``kept_group_ids``        | dynamic_sampling.py  |
 | Eq. 13 soft overlong punishment         | ``overlong_penalty``                         | overlong.py          |
-| registries (`algorithm.adv_estimator`, `algorithm.policy_loss`) | ``register_adv_est``, ``register_policy_loss`` | advantages.py, policy_loss.py |
+| registries (`algorithm.adv_estimator`, `algorithm.policy_loss.loss_mode`) | ``register_adv_est``, ``register_policy_loss`` | advantages.py, policy_loss.py |
 | log-probs, entropy, masked statistics   | ``logprobs_from_logits``, ``entropy_from_logits``, ``masked_mean``, ``masked_sum`` | masked.py |
 """
 

@@ -42,10 +42,10 @@ __all__ = [
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
-"""Policy losses by name (`algorithm.policy_loss`), called as ``compute_policy_loss`` is and returning
+"""Policy losses by name (`algorithm.policy_loss.loss_mode`), called as ``compute_policy_loss`` is and returning
 ``(loss, stats)`` with its stats keys (verl's `register_policy_loss` idea)."""
 register_policy_loss = POLICY_LOSSES.register
-"""Decorator: `@register_policy_loss("name")` makes a loss selectable as `algorithm.policy_loss=name`."""
+"""Decorator: `@register_policy_loss("name")` makes a loss selectable as `algorithm.policy_loss.loss_mode=name`."""
 get_policy_loss = POLICY_LOSSES.lookup
 """The loss registered under a name (ValueError for an unknown one)."""
 

@@ -1,0 +1,125 @@
+"""`dapo ablate` and the sample budget it rests on: spec checks, the table's arithmetic, and a 2-step smoke of the
+real command on the real tiny model (resumable: a second call skips the finished runs)."""
+
+import pytest
+import torch
+from e2e import dapo, rows_of
+
+from dapo_rl.ablate import load_spec, samples_to_reach
+from dapo_rl.config import ConfigError
+
+SMALL = [
+    "data.train_batch_size=4",
+    "rollout.n=4",
+    "actor.ppo_mini_batch_size=4",
+    "data.val_reasoning_gym.size=16",
+    "data.train_reasoning_gym.size=200",
+    "data.max_response_length=16",
+    "algorithm.overlong_buffer.len=4",
+    "actor.autocast_dtype=none",
+    "model.attn_implementation=sdpa",
+]
+
+
+def test_samples_to_reach_interpolates_between_validations():
+    val = [(0, 0.20), (100, 0.30), (200, 0.50), (300, 0.45)]
+    assert samples_to_reach(val, 0.40) == pytest.approx(150.0)  # 100 + (0.4 - 0.3) / (0.5 - 0.3) * 100
+    assert samples_to_reach(val, 0.30) == 100.0
+    assert samples_to_reach(val, 0.10) == 0.0  # reached before training
+    assert samples_to_reach(val, 0.60) is None
+
+
+def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
+    ladder = load_spec("ladder")
+    assert [r.name for r in ladder.rows] == [
+        "grpo",
+        "overlong_filtering",
+        "clip_higher",
+        "soft_overlong",
+        "token_level",
+        "dapo",
+    ]
+    assert ladder.reference == "grpo" and ladder.budget_samples == 40960
+    assert [r.name for r in load_spec("loss_variants").rows] == ["dapo", "dr_grpo", "gspo", "cispo"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
+    with pytest.raises(ConfigError, match="duplicate row names"):
+        load_spec(str(bad))
+    bad.write_text("recipe: tiny_chain_steps\nbudget: 64\nrows: []\n")
+    with pytest.raises(ConfigError, match="unknown field 'budget'"):
+        load_spec(str(bad))
+    with pytest.raises(ConfigError, match="no ablation spec 'ladderr'.*ladder, loss_variants"):
+        load_spec("ladderr")
+    bad.write_text(
+        "recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: typo\n"
+        "    overrides: [algorithm.clip_ratio_hi=0.3]\n"
+    )
+    r = dapo("ablate", str(bad), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "row 'typo'" in r.stderr and "clip_ratio_hi" in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_sample_budget_and_validation_by_samples(base_model, tmp_path):
+    run = tmp_path / "run"
+    r = dapo(
+        "train",
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
+        *SMALL,
+        "data.gen_batch_size=4",
+        "algorithm.filter_groups.enable=false",
+        "trainer.max_generated_samples=40",
+        "trainer.test_freq=-1",
+        "trainer.test_freq_samples=32",
+        "trainer.total_training_steps=100",
+        "trainer.progress_bar=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = rows_of(run)
+    # 16 responses per step: 16, 32, 48 >= 40 -> stop after step 3; validation at 0, on crossing 32, and last
+    assert [x["step"] for x in rows] == [0, 1, 2, 3]
+    assert [x.get("train/gen_samples_total") for x in rows[1:]] == [16, 32, 48]
+    assert [("val/chain_sum/acc" in x) for x in rows] == [True, False, True, True]
+    state = torch.load(run / "checkpoints" / "global_step_3" / "trainer_state.pt", weights_only=False)
+    assert state["gen_samples_total"] == 48
+
+
+def test_ablate_smoke_two_steps_then_resumes_by_skipping(base_model, tmp_path):
+    out = tmp_path / "abl"
+    args = [
+        "ablate",
+        "--seeds",
+        "1",
+        "--rows",
+        "grpo,dapo",
+        "--out",
+        str(out),
+        "--budget-samples",
+        "32",
+        "--test-freq-samples",
+        "16",
+        "--set",
+        f"model.path={base_model}",
+        *SMALL,
+        "data.gen_batch_size=8",
+    ]
+    r = dapo(*args)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    grpo = rows_of(out / "grpo" / "seed0")
+    # --set data.gen_batch_size=8 comes last, so GRPO samples 8 prompts x 4 = 32 per step: one step
+    assert grpo[-1]["train/gen_samples_total"] >= 32 and (out / "grpo" / "seed0" / "DONE").is_file()
+    table = (out / "ablation.md").read_text()
+    assert "| grpo | " in table and "| dapo | " in table and "samples to grpo" in table
+    for fig in (
+        "val_acc.png",
+        "entropy.png",
+        "response_length_mean.png",
+        "response_clip_ratio.png",
+        "all_correct_group_ratio.png",
+        "token_prob_mean.png",
+    ):
+        assert (out / fig).stat().st_size > 5_000
+    again = dapo(*args)
+    assert again.returncode == 0 and again.stdout.count("done already, skipped") == 2
+    changed = dapo(*args[:-1], "data.gen_batch_size=4")
+    assert changed.returncode == 2 and "holds a run with other settings" in changed.stderr

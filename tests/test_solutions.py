@@ -1,0 +1,67 @@
+"""Worked solutions for the supervised warm-up (`dapo_rl.data.solutions`) on real reasoning-gym problems."""
+
+import pytest
+
+from dapo_rl.config import ConfigError, load_config
+from dapo_rl.data import DataError, Sample, reasoning_gym_samples
+from dapo_rl.data.solutions import chain_steps, sft_completions, worked_solution
+from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
+
+
+def test_chain_steps_by_hand():
+    assert chain_steps("15 - 43 - 75 + 61") == ["15-43=-28", "-28-75=-103", "-103+61=-42"]
+    assert chain_steps("1 + 5") == ["1+5=6"]
+    assert chain_steps("-4 - 1") == ["-4-1=-5"]
+    assert chain_steps("7") == []
+    for bad in ("2 * 3", "(1 + 2)", "", "1 + x"):
+        with pytest.raises(ValueError, match="not a \\+/- chain of integers"):
+            chain_steps(bad)
+
+
+def test_worked_solutions_of_real_problems_score_as_right():
+    samples = reasoning_gym_samples("chain_sum", 50, 7, {"min_terms": 2, "max_terms": 5}, True)
+    for s in samples:
+        text = worked_solution(s)
+        lines = text.split("\n")
+        assert len(lines) == s.extra_info["metadata"]["num_terms"]  # one line per operation + the answer line
+        assert lines[-1] == f"Answer: {s.ground_truth}"
+        res = compute_score_reasoning_gym("chain_sum", text, s.ground_truth, s.extra_info)
+        assert res["acc"] and res["score"] == 1.0
+
+
+def test_worked_solution_errors_name_the_sample():
+    s = reasoning_gym_samples("chain_sum", 1, 0, {}, True)[0]
+    wrong = Sample(s.uid, s.data_source, s.prompt, "12345", s.extra_info)
+    with pytest.raises(DataError, match=f"sample {s.uid}: the steps of .* end at .*ground truth is '12345'"):
+        worked_solution(wrong)
+    other = Sample("x:1", "math", s.prompt, "1", {})
+    with pytest.raises(
+        DataError, match="sample x:1: worked solutions are written for reasoning-gym chain_sum only"
+    ):
+        worked_solution(other)
+
+
+def test_mixed_completions_take_the_steps_at_the_given_rate():
+    samples = reasoning_gym_samples("chain_sum", 400, 3, {"min_terms": 2, "max_terms": 4}, True)
+    mixed = sft_completions(samples, "mixed", 0.5, seed=0)
+    worked = sum(not c.startswith("Answer:") for c in mixed)
+    assert 160 <= worked <= 240 and mixed == sft_completions(samples, "mixed", 0.5, seed=0)
+    assert all(
+        c == f"Answer: {s.ground_truth}" for c, s in zip(sft_completions(samples, "answer", 0.5, 0), samples)
+    )
+    assert all(c.count("\n") >= 1 for c in sft_completions(samples, "steps", 0.0, 0))
+    with pytest.raises(ValueError, match="completion style 'essay'"):
+        sft_completions(samples, "essay", 0.5, 0)
+
+
+def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
+    from dapo_rl.sft import embedded_model_dir
+
+    with pytest.raises(ConfigError, match="sft.completion='essay' is not one of answer, steps, mixed"):
+        load_config(None, ["sft.completion=essay"])
+    with pytest.raises(ConfigError, match="sft.steps_fraction=1.5 must be in"):
+        load_config(None, ["sft.steps_fraction=1.5"])
+    # settings added later keep the older embedded model's cache key when left at their defaults
+    assert embedded_model_dir(load_config().sft).name == "tiny-chain_sum-35bf67648b14"
+    steps = load_config("tiny_chain_steps").sft
+    assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(load_config().sft)
