@@ -280,18 +280,25 @@ class RunResult:
     train: dict[str, list[tuple[float, float]]]
     steps: int
     wall_s: float | None
+    wasted: float | None = None
+    """Response tokens sampled but never trained on, over all sampled (the run's `train/gen_tokens_wasted_ratio`)."""
 
 
 def read_run(run_dir: Path) -> RunResult | None:
-    """A finished run's curves (None when it has no metrics). The validation accuracy is the mean of the run's
-    `val/*/acc` keys (one held-out set in the shipped specs); step 0's validation sits at 0 samples."""
+    """A finished run's curves (None when it has not finished: no `DONE` file, or no metrics). The validation
+    accuracy is the mean of the run's `val/*/acc` keys (one held-out set in the shipped specs); step 0's validation
+    sits at 0 samples."""
     path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    if not path.is_file() or not (run_dir / "DONE").is_file():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     val, train = [], {k: [] for k, _, kind in QUANTITIES if kind == "train"}
     steps = 0
+    gen = wasted = 0.0
     for r in rows:
+        if "train/gen_tokens" in r and "train/gen_tokens_wasted_ratio" in r:
+            gen += r["train/gen_tokens"]
+            wasted += r["train/gen_tokens"] * r["train/gen_tokens_wasted_ratio"]
         x = float(r.get("train/gen_samples_total", 0.0))
         accs = [v for k, v in r.items() if k.startswith("val/") and k.endswith("/acc")]
         if accs:
@@ -301,9 +308,8 @@ def read_run(run_dir: Path) -> RunResult | None:
             for k in train:
                 if k in r and r[k] is not None:
                     train[k].append((x, float(r[k])))
-    done = run_dir / "DONE"
-    wall = json.loads(done.read_text()).get("wall_s") if done.is_file() else None
-    return RunResult(val, train, steps, wall)
+    wall = json.loads((run_dir / "DONE").read_text()).get("wall_s")
+    return RunResult(val, train, steps, wall, wasted / gen if gen else None)
 
 
 def samples_to_reach(val: list[tuple[float, float]], target: float) -> float | None:
@@ -338,8 +344,8 @@ def _binned(points: list[tuple[float, float]], edges: list[float]) -> list[float
 
 
 def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = None) -> Path:
-    """Write `<out>/ablation.md` and one PNG per quantity from the finished runs (missing runs are left out and
-    counted in the table).
+    """Write `<out>/ablation.md` and one PNG per quantity from the finished runs (unfinished or failed runs are left
+    out; the table gives each row's count of finished seeds).
 
     Returns:
         The markdown file's path.
@@ -362,16 +368,17 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
         + (f" ({ref_final:.3f})" if ref_final is not None else "")
         + ", interpolated between validations (every "
         f"{spec.test_freq_samples} samples), averaged over the seeds that reach it. Entropy, length, truncation and "
-        "all-correct share are means over the last 10% of the budget.",
+        "all-correct share are means over the last 10% of the budget; 'tokens wasted' is the share of the run's sampled "
+        "response tokens that no update saw (`train/gen_tokens_wasted_ratio`).",
         "",
         f"| row | held-out acc | samples to {spec.reference} (share of budget) | entropy | length | truncated | "
-        "all-correct groups | steps | wall min | configuration |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "all-correct groups | tokens wasted | steps | wall min | configuration |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rs = results[row.name]
         if not rs:
-            lines.append(f"| {row.name} | (no finished run) | | | | | | | | {row.label} |")
+            lines.append(f"| {row.name} | (no finished run) | | | | | | | | | {row.label} |")
             continue
         m, sd = _mean_sd([r.val[-1][1] for r in rs])
         reach = "" if ref_final is None else "not reached"
@@ -381,17 +388,19 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
                 hm = sum(hits) / len(hits)
                 reach = f"{hm:,.0f} ({hm / spec.budget_samples:.0%}; {len(hits)}/{len(rs)} seeds)"
 
-        def tail(key, rs=rs):
+        def tail(key, rs=rs, digits=3):
             vals = [v for r in rs if (v := _tail_mean(r.train[key], spec.budget_samples)) is not None]
-            return f"{sum(vals) / len(vals):.3f}" if vals else ""
+            return f"{sum(vals) / len(vals):.{digits}f}" if vals else ""
 
         walls = [r.wall_s for r in rs if r.wall_s]
         wall = f"{sum(walls) / len(walls) / 60:.1f}" if walls else ""
         steps = f"{sum(r.steps for r in rs) / len(rs):.0f}"
+        wastes = [r.wasted for r in rs if r.wasted is not None]
+        waste = f"{sum(wastes) / len(wastes):.1%}" if wastes else ""
         lines.append(
             f"| {row.name} | {m:.3f} ± {sd:.3f} (n={len(rs)}) | {reach} | {tail('train/entropy')} | "
-            f"{tail('train/response_length_mean')} | {tail('train/response_clip_ratio')} | "
-            f"{tail('train/all_correct_group_ratio')} | {steps} | {wall} | {row.label} |"
+            f"{tail('train/response_length_mean', digits=1)} | {tail('train/response_clip_ratio')} | "
+            f"{tail('train/all_correct_group_ratio')} | {waste} | {steps} | {wall} | {row.label} |"
         )
     lines += ["", "Figures: " + ", ".join(f"`{_figure_name(k)}`" for k, _, _ in QUANTITIES), ""]
     path = out / "ablation.md"
