@@ -177,7 +177,9 @@ def test_step_statistics_by_hand(parts):
     )
     assert stats["train/gen_tokens_filtered_ratio"] == 0.5  # 10 / 20
     assert stats["train/gen_tokens_surplus_ratio"] == 0.25  # 5 / 20
-    assert stats["train/gen_tokens_wasted_ratio"] == 0.75
+    assert stats["train/gen_tokens_wasted_ratio"] == 0.75 and stats["train/gen_tokens_wasted"] == 15
+    # a step trained only on carried groups samples nothing; dropping stale ones is all waste, not 300x waste
+    assert _step_stats([], 0, 0, DistContext(), 0, 300)["train/gen_tokens_wasted_ratio"] == 1.0
 
 
 def test_round_size_and_skipping_solved_prompts():

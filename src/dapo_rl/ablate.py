@@ -298,7 +298,9 @@ def read_run(run_dir: Path) -> RunResult | None:
     for r in rows:
         if "train/gen_tokens" in r and "train/gen_tokens_wasted_ratio" in r:
             gen += r["train/gen_tokens"]
-            wasted += r["train/gen_tokens"] * r["train/gen_tokens_wasted_ratio"]
+            wasted += r.get(
+                "train/gen_tokens_wasted", r["train/gen_tokens"] * r["train/gen_tokens_wasted_ratio"]
+            )
         x = float(r.get("train/gen_samples_total", 0.0))
         accs = [v for k, v in r.items() if k.startswith("val/") and k.endswith("/acc")]
         if accs:

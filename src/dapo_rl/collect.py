@@ -597,7 +597,9 @@ def _step_stats(
         "train/all_wrong_group_ratio": all_wrong / max(groups, 1.0),
         "train/gen_samples": int(n),
         "train/gen_tokens": int(length),
-        "train/gen_tokens_wasted_ratio": (filtered + surplus_tokens) / max(length, 1.0),
+        "train/gen_tokens_wasted": int(filtered + surplus_tokens),
+        "train/gen_tokens_wasted_ratio": (filtered + surplus_tokens)
+        / max(length, filtered + surplus_tokens, 1.0),
         "train/gen_tokens_filtered_ratio": filtered / max(length, 1.0),
         "train/gen_tokens_surplus_ratio": surplus_tokens / max(length, 1.0),
         "reward/error_rate": errors / max(n, 1.0),
