@@ -124,3 +124,44 @@ def test_ablate_smoke_two_steps_then_resumes_by_skipping(base_model, tmp_path):
     assert again.returncode == 0 and again.stdout.count("done already, skipped") == 2
     changed = dapo(*args[:-1], "data.gen_batch_size=4")
     assert changed.returncode == 2 and "holds a run with other settings" in changed.stderr
+
+
+def test_report_table_by_hand(tmp_path):
+    """Two rows x two seeds of metrics files in the trainer's format: the table's means, sds, crossings and waste."""
+    import json
+
+    from dapo_rl.ablate import Row, Spec, write_report
+
+    def run(row, seed, vals, wasted_ratio):
+        d = tmp_path / row / f"seed{seed}"
+        d.mkdir(parents=True)
+        lines = [{"step": 0, "val/x/acc": vals[0]}]
+        for i, v in enumerate(vals[1:], 1):
+            lines.append(
+                {
+                    "step": i,
+                    "train/gen_samples_total": 100 * i,
+                    "val/x/acc": v,
+                    "train/entropy": 0.1 * i,
+                    "train/gen_tokens": 1000,
+                    "train/gen_tokens_wasted_ratio": wasted_ratio,
+                }
+            )
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+        (d / "DONE").write_text(json.dumps({"wall_s": 120.0 * (seed + 1)}))
+
+    run("ref", 0, [0.1, 0.2, 0.3], 0.0)
+    run("ref", 1, [0.1, 0.3, 0.5], 0.0)  # final mean 0.4, sd 0.1414
+    run("new", 0, [0.1, 0.5, 0.5], 0.5)  # reaches 0.4 at 100 * (0.3 / 0.4) = 75 samples
+    run("new", 1, [0.1, 0.2, 0.6], 0.25)  # at 100 + 100 * (0.2 / 0.4) = 150
+    (tmp_path / "new" / "seed2").mkdir()  # an unfinished run: no DONE, left out
+    spec = Spec(tmp_path / "s.yaml", "r", 200, 100, [Row("ref", "REF", []), Row("new", "NEW", [])], "ref")
+    table = write_report(spec, tmp_path, seeds=3).read_text().splitlines()
+    ref = next(x for x in table if x.startswith("| ref |"))
+    new = next(x for x in table if x.startswith("| new |"))
+    # seed 0 never reaches 0.4; seed 1 at 100 + 100 * (0.1 / 0.2) = 150
+    assert "0.400 ± 0.141 (n=2)" in ref and "| 150 (75%; 1/2 seeds) |" in ref
+    assert "0.550 ± 0.071 (n=2)" in new and "| 112 (56%; 2/2 seeds) |" in new  # (75 + 150) / 2
+    assert "| 37.5% |" in new and "| 0.0% |" in ref  # mean of 50% and 25%
+    assert "| 0.200 |" in new  # entropy over the last 10% of the budget: the step at 200 samples
+    assert "| 3.0 |" in new  # wall minutes: (2 + 4) / 2
