@@ -42,6 +42,7 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     assert ladder.reference == "grpo" and ladder.budget_samples == 40960
     assert [r.name for r in load_spec("loss_variants").rows] == ["dapo", "dr_grpo", "gspo", "cispo"]
     assert [r.name for r in load_spec("zero_waste").rows] == ["dapo", "dapo_zero_waste"]
+    assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
     with pytest.raises(ConfigError, match="duplicate row names"):
@@ -49,7 +50,7 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     bad.write_text("recipe: tiny_chain_steps\nbudget: 64\nrows: []\n")
     with pytest.raises(ConfigError, match="unknown field 'budget'"):
         load_spec(str(bad))
-    with pytest.raises(ConfigError, match="no ablation spec .ladderr.*ladder, loss_variants, zero_waste"):
+    with pytest.raises(ConfigError, match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, zero_waste"):
         load_spec("ladderr")
     bad.write_text(
         "recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: typo\n"
