@@ -1,0 +1,122 @@
+"""Worked solutions for the supervised warm-up: responses that write their intermediate results.
+
+The embedded tasks' reference answers are bare numbers. A warm-up on `Answer: N` alone gives responses of one
+length, on which DAPO's length-related techniques (overlong shaping and filtering, token-level loss) have nothing to
+act. A warm-up that mixes bare answers with worked solutions of one line per operation gives the model both styles,
+a real spread of response lengths (one line per term), and room for RL to move between them: the worked style is
+longer and more often right on long chains, the bare style short and often wrong (the "length grows as the model
+learns to reason" of DAPO's Fig. 7, in miniature).
+
+Example (`chain_sum`, expression `15 - 43 - 75 + 61`)::
+
+    15-43=-28
+    -28-75=-103
+    -103+61=-42
+    Answer: -42
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from dapo_rl.data.dataset import DataError, Sample
+
+_TERM = re.compile(r"\s*([+-])\s*(\d+)")
+
+COMPLETION_STYLES = ("answer", "steps", "mixed")
+"""`SFTConfig.completion` values: bare `Answer: N`, worked steps, or a seeded mix of the two."""
+
+
+def chain_steps(expression: str) -> list[str]:
+    """One line per operation of a left-to-right chain of additions and subtractions.
+
+    Args:
+        expression: integers joined by `+` / `-` (reasoning-gym `chain_sum`'s `metadata["expression"]`, e.g.
+            `"15 - 43 - 75"`); a leading minus sign on the first term is allowed.
+
+    Returns:
+        `["15-43=-28", "-28-75=-103"]`: each line the running value, the operation, and the new running value;
+        no spaces. An expression of one term gives `[]`.
+
+    Raises:
+        ValueError: the expression is not such a chain (other operators, parentheses, no digits).
+    """
+    text = expression.strip()
+    m = re.match(r"(-?)\s*(\d+)", text)
+    if not m:
+        raise ValueError(f"not a +/- chain of integers: {expression!r}")
+    value = int(m.group(2)) * (-1 if m.group(1) else 1)
+    pos, lines = m.end(), []
+    while pos < len(text):
+        t = _TERM.match(text, pos)
+        if not t:
+            raise ValueError(f"not a +/- chain of integers: {expression!r} (at character {pos})")
+        op, term = t.group(1), int(t.group(2))
+        new = value + term if op == "+" else value - term
+        lines.append(f"{value}{op}{term}={new}")
+        value, pos = new, t.end()
+    return lines
+
+
+def worked_solution(sample: Sample) -> str:
+    """The worked steps of a sample and its final line, `"...\\nAnswer: N"` (no end-of-sequence token).
+
+    Supports reasoning-gym `chain_sum` samples (their `extra_info["metadata"]["expression"]`). The last step's
+    value is checked against the sample's ground truth.
+
+    Raises:
+        DataError: the sample's task has no worked-solution writer, or its expression does not evaluate to its
+            ground truth (names the sample's uid).
+    """
+    meta = (sample.extra_info or {}).get("metadata") or {}
+    expression = meta.get("expression") if isinstance(meta, dict) else None
+    if sample.data_source != "reasoning_gym/chain_sum" or not isinstance(expression, str):
+        raise DataError(
+            f"sample {sample.uid}: worked solutions are written for reasoning-gym chain_sum only "
+            f"(data_source {sample.data_source!r}); use sft.completion=answer for other tasks"
+        )
+    try:
+        lines = chain_steps(expression)
+    except ValueError as e:
+        raise DataError(f"sample {sample.uid}: {e}") from e
+    final = lines[-1].rsplit("=", 1)[1] if lines else expression.replace(" ", "")
+    if final != str(sample.ground_truth).strip():
+        raise DataError(
+            f"sample {sample.uid}: the steps of {expression!r} end at {final}, the ground truth is "
+            f"{sample.ground_truth!r}"
+        )
+    return "\n".join([*lines, f"Answer: {sample.ground_truth}"])
+
+
+def sft_completions(samples: list[Sample], style: str, steps_fraction: float, seed: int) -> list[str]:
+    """The supervised targets of a warm-up (without the end-of-sequence token).
+
+    Args:
+        samples: the warm-up problems.
+        style: `answer` (`"Answer: N"`), `steps` (`worked_solution`) or `mixed` (each sample takes the worked
+            solution with probability `steps_fraction`, drawn from a generator seeded with `seed`).
+        steps_fraction: in [0, 1]; used by `mixed` only.
+        seed: seed of the style draws.
+
+    Raises:
+        ValueError: unknown style or a fraction outside [0, 1].
+        DataError: see `worked_solution`.
+    """
+    if style not in COMPLETION_STYLES:
+        raise ValueError(f"completion style {style!r} is not one of {', '.join(COMPLETION_STYLES)}")
+    if not 0.0 <= steps_fraction <= 1.0:
+        raise ValueError(f"steps_fraction={steps_fraction} must be in [0, 1]")
+    rng = random.Random(seed)
+    out: list[str] = []
+    for s in samples:
+        worked = style == "steps" or (style == "mixed" and rng.random() < steps_fraction)
+        out.append(worked_solution(s) if worked else f"Answer: {s.ground_truth}")
+    return out
+
+
+def solution_stats(completions: list[str]) -> dict[str, Any]:
+    """Length summary of warm-up targets (characters = tokens for the byte-level tiny model): min, mean, max."""
+    lengths = [len(c) for c in completions]
+    return {"min": min(lengths), "mean": sum(lengths) / len(lengths), "max": max(lengths)}
