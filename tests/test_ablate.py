@@ -50,7 +50,9 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     bad.write_text("recipe: tiny_chain_steps\nbudget: 64\nrows: []\n")
     with pytest.raises(ConfigError, match="unknown field 'budget'"):
         load_spec(str(bad))
-    with pytest.raises(ConfigError, match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, zero_waste"):
+    with pytest.raises(
+        ConfigError, match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, zero_waste"
+    ):
         load_spec("ladderr")
     bad.write_text(
         "recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: typo\n"
@@ -110,7 +112,7 @@ def test_ablate_smoke_two_steps_then_resumes_by_skipping(base_model, tmp_path):
     grpo = rows_of(out / "grpo" / "seed0")
     # --set data.gen_batch_size=8 comes last, so GRPO samples 8 prompts x 4 = 32 per step: one step
     assert grpo[-1]["train/gen_samples_total"] >= 32 and (out / "grpo" / "seed0" / "DONE").is_file()
-    table = (out / "ablation.md").read_text()
+    table = (out / "ladder.md").read_text()
     assert "| grpo | " in table and "| dapo | " in table and "samples to grpo" in table
     for fig in (
         "val_acc.png",
@@ -120,7 +122,7 @@ def test_ablate_smoke_two_steps_then_resumes_by_skipping(base_model, tmp_path):
         "all_correct_group_ratio.png",
         "token_prob_mean.png",
     ):
-        assert (out / fig).stat().st_size > 5_000
+        assert (out / "ladder_figures" / fig).stat().st_size > 5_000
     again = dapo(*args)
     assert again.returncode == 0 and again.stdout.count("done already, skipped") == 2
     changed = dapo(*args[:-1], "data.gen_batch_size=4")

@@ -8,9 +8,11 @@ number of steps, because dynamic sampling samples several rounds per step -- and
 `test_freq_samples` responses have been sampled (`trainer.test_freq_samples`).
 
 Results go to `<out>/<row>/seed<k>/` (a normal run directory). A run that finished has a `DONE` file and is
-skipped when the command is repeated; an interrupted one resumes from its last checkpoint. `<out>/ablation.md` is
-the table (held-out accuracy mean and sd over seeds; generated samples to reach the reference row's final accuracy;
-the training dynamics at the end) and `<out>/<quantity>.png` one figure per quantity with a line per row.
+skipped when the command is repeated; an interrupted one resumes from its last checkpoint. Several specs may share
+`<out>` (a row of the same name and settings is run once); each writes its own report, `<out>/<spec>.md` (e.g.
+`ladder.md`), the table (held-out accuracy mean and sd over seeds; generated samples to reach the reference row's final accuracy;
+the training dynamics at the end), and `<out>/<spec>_figures/<quantity>.png`, one figure per quantity with a line
+per row.
 
 Spec format::
 
@@ -346,7 +348,7 @@ def _binned(points: list[tuple[float, float]], edges: list[float]) -> list[float
 
 
 def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = None) -> Path:
-    """Write `<out>/ablation.md` and one PNG per quantity from the finished runs (unfinished or failed runs are left
+    """Write `<out>/<spec>.md` and one PNG per quantity in `<out>/<spec>_figures/` from the finished runs (unfinished or failed runs are left
     out; the table gives each row's count of finished seeds).
 
     Returns:
@@ -404,10 +406,16 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
             f"{tail('train/response_length_mean', digits=1)} | {tail('train/response_clip_ratio')} | "
             f"{tail('train/all_correct_group_ratio')} | {waste} | {steps} | {wall} | {row.label} |"
         )
-    lines += ["", "Figures: " + ", ".join(f"`{_figure_name(k)}`" for k, _, _ in QUANTITIES), ""]
-    path = out / "ablation.md"
+    figures = out / f"{spec.path.stem}_figures"
+    lines += [
+        "",
+        f"Figures in `{figures.name}/`: " + ", ".join(f"`{_figure_name(k)}`" for k, _, _ in QUANTITIES),
+        "",
+    ]
+    path = out / f"{spec.path.stem}.md"
     path.write_text("\n".join(lines))
-    _draw(spec, out, rows, results)
+    figures.mkdir(parents=True, exist_ok=True)
+    _draw(spec, figures, rows, results)
     return path
 
 

@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         "ablate",
         help="DAPO's ablation ladder (or another spec) at equal budgets of generated samples",
         description="Run each row of an ablation spec (configs/ablation/*.yaml) with --seeds seeds as its own "
-        "`dapo train`, each stopping at the spec's budget of sampled responses, then write <out>/ablation.md "
+        "`dapo train`, each stopping at the spec's budget of sampled responses, then write <out>/<spec>.md "
         "(held-out accuracy mean ± sd, samples to reach the reference row's accuracy) and one figure per quantity. "
         "Finished runs are skipped and interrupted ones resumed when the command is repeated.",
     )

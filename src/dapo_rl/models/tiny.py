@@ -10,7 +10,6 @@ construction would silently lose spaces and newlines on reload (see CALIBRATION.
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 EOS_TOKEN = "<|endoftext|>"
