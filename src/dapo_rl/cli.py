@@ -98,9 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         "(held-out accuracy mean ± sd, samples to reach the reference row's accuracy) and one figure per quantity. "
         "Finished runs are skipped and interrupted ones resumed when the command is repeated.",
     )
-    ab.add_argument(
-        "spec", nargs="?", default="ladder", help="spec file or shipped spec name (default: ladder)"
-    )
+    ab.add_argument("spec", nargs="?", help="spec file or shipped spec name (default: ladder)")
     ab.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     ab.add_argument("--out", default="runs/ablation", help="results directory (default runs/ablation)")
     ab.add_argument("--rows", help="comma-separated row names to run (default: all)")
@@ -190,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _ablate(args) -> int:
     """`dapo ablate`: see `dapo_rl.ablate`."""
-    from dapo_rl.ablate import load_spec, run_ablation, write_report
+    from dapo_rl.ablate import DEFAULT_SPEC, load_spec, run_ablation, write_report
     from dapo_rl.config import ConfigError
 
     if args.seeds < 1:
         raise ConfigError(f"--seeds={args.seeds} must be >= 1")
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec or DEFAULT_SPEC)
     for key in ("budget_samples", "test_freq_samples"):
         value = getattr(args, key)
         if value is not None:

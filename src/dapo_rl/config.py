@@ -582,7 +582,9 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")
     _choice(a.policy_loss.loss_mode, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss.loss_mode")
     _choice(cfg.trainer.device, ("auto", "cpu", "cuda"), "trainer.device")
-    _choice(cfg.sft.completion, ("answer", "steps", "mixed"), "sft.completion")
+    from dapo_rl.data.solutions import COMPLETION_STYLES
+
+    _choice(cfg.sft.completion, COMPLETION_STYLES, "sft.completion")
     _choice(cfg.sft.autocast_dtype, ("none", "bfloat16", "auto"), "sft.autocast_dtype")
     if not 0.0 <= cfg.sft.steps_fraction <= 1.0:
         raise ConfigError(f"sft.steps_fraction={cfg.sft.steps_fraction} must be in [0, 1]")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
 
 from dapo_rl.data.dataset import DataError, Sample
 
@@ -114,9 +113,3 @@ def sft_completions(samples: list[Sample], style: str, steps_fraction: float, se
         worked = style == "steps" or (style == "mixed" and rng.random() < steps_fraction)
         out.append(worked_solution(s) if worked else f"Answer: {s.ground_truth}")
     return out
-
-
-def solution_stats(completions: list[str]) -> dict[str, Any]:
-    """Length summary of warm-up targets (characters = tokens for the byte-level tiny model): min, mean, max."""
-    lengths = [len(c) for c in completions]
-    return {"min": min(lengths), "mean": sum(lengths) / len(lengths), "max": max(lengths)}
