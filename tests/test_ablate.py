@@ -5,7 +5,7 @@ import pytest
 import torch
 from e2e import dapo, rows_of
 
-from dapo_rl.ablate import load_spec, samples_to_reach
+from dapo_rl.ablate import check_rows, load_spec, samples_to_reach
 from dapo_rl.config import ConfigError
 
 SMALL = [
@@ -43,6 +43,10 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     assert [r.name for r in load_spec("loss_variants").rows] == ["dapo", "dr_grpo", "gspo", "cispo"]
     assert [r.name for r in load_spec("zero_waste").rows] == ["dapo", "dapo_zero_waste"]
     assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
+    epochs = load_spec("zero_waste_epochs")
+    assert [r.name for r in epochs.rows] == ["grpo_512", "dapo_512", "dapo_zero_waste_512"]
+    for name in ("ladder", "loss_variants", "zero_waste", "overlong_buffer", "zero_waste_epochs"):
+        check_rows(load_spec(name), [])  # every shipped row's settings load and validate
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
     with pytest.raises(ConfigError, match="duplicate row names"):

@@ -272,3 +272,60 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     restored = SamplingState()
     restored.load_state_dict(state.state_dict())
     assert restored.skip == state.skip and restored.carry == []
+
+
+def test_skip_unsolved_and_backoff_by_hand():
+    from dapo_rl.collect import SKIP_BACKOFF_CAP, SamplingState
+    from dapo_rl.config import FilterGroupsConfig
+
+    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3)
+    state = SamplingState()
+    state.record([(5, True), (6, False), (7, None)], fg)
+    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
+    state.record([(5, True), (6, False)], fg)  # no backoff: the same skips again
+    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 2, 6: 2}
+    back = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True)
+    state.record(
+        [(5, False), (6, None)], back
+    )  # 5's third zero-variance group in a row (now all wrong): 3 * 2**2
+    assert state.skip[5] == 12 and state.streak == {
+        5: 3
+    }  # 6 mixed: its record cleared (its pending skip stays)
+    state.record([(6, True)], back)
+    assert state.skip[6] == 2 and state.streak[6] == 1
+    for _ in range(12):
+        state.record([(5, True)], back)
+    assert state.streak[5] == 15 and state.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
+    state.record([(9, False)], FilterGroupsConfig(skip_solved=2))  # skip_unsolved off: all-wrong is not noted
+    assert 9 not in state.skip and 9 not in state.streak
+    restored = SamplingState()
+    restored.load_state_dict(state.state_dict())
+    assert (restored.skip, restored.streak) == (state.skip, state.streak)
+
+
+def test_skip_unsolved_in_collect_batch(parts):
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState, draw_prompts
+
+    cfg = _cfg(
+        "always_wrong",
+        "algorithm.filter_groups.skip_unsolved=1",
+        "algorithm.filter_groups.skip_backoff=true",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "algorithm.filter_groups.max_num_gen_batches=2",
+    )
+    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        with pytest.raises(DynamicSamplingExhausted):  # nothing kept: not even a partial batch
+            collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
+        assert state.skip == {i: 1 for i in range(16)} and state.streak == {i: 1 for i in range(16)}
+        sampler.pos = 0  # prompts 0-15 come up again: each passed over once, 16-31 sampled in their place
+        with pytest.raises(DynamicSamplingExhausted):
+            collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
+    assert sampler.pos == 32 and state.skip == {i: 1 for i in range(16, 32)}
+    sampler.pos = 0
+    indices, skipped = draw_prompts(
+        sampler, 8, state.skip
+    )  # 0-15 were passed over once: their skips are used up
+    assert indices == list(range(8)) and skipped == 0

@@ -19,7 +19,7 @@ import torch
 
 from dapo_rl.actor import TrainBatch
 from dapo_rl.algo import get_adv_estimator, kept_group_ids, overlong_penalty
-from dapo_rl.config import Config, OverlongBufferConfig, RepetitionPenaltyConfig
+from dapo_rl.config import Config, FilterGroupsConfig, OverlongBufferConfig, RepetitionPenaltyConfig
 from dapo_rl.data import EpochSampler, PromptDataset, Sample
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, shard_minibatches
 from dapo_rl.reward.shaping import repetition_penalty
@@ -310,22 +310,49 @@ class SamplingState:
         carry: kept groups beyond the last batch (`carry_surplus`), trained on next step or dropped.
         kept_rate: running share of sampled prompts whose group was kept (`adaptive_gen_batch`); None before the
             first round.
-        skip: prompt index -> how many more of its draws to skip (`skip_solved`).
+        skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`).
+        streak: prompt index -> its groups in a row that were all correct or all wrong (`skip_backoff`).
     """
 
     carry: list[PromptGroup] = field(default_factory=list)
     kept_rate: float | None = None
     skip: dict[int, int] = field(default_factory=dict)
+    streak: dict[int, int] = field(default_factory=dict)
 
     def state_dict(self) -> dict:
         """JSON-safe state for a checkpoint; carried groups are not saved (a resumed run starts without them)."""
-        return {"kept_rate": self.kept_rate, "skip": {str(k): v for k, v in sorted(self.skip.items())}}
+        return {
+            "kept_rate": self.kept_rate,
+            "skip": {str(k): v for k, v in sorted(self.skip.items())},
+            "streak": {str(k): v for k, v in sorted(self.streak.items())},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.carry = []
         self.kept_rate = state.get("kept_rate")
         self.skip = {int(k): int(v) for k, v in (state.get("skip") or {}).items()}
+        self.streak = {int(k): int(v) for k, v in (state.get("streak") or {}).items()}
 
+    def record(self, outcomes: list[tuple[int, bool | None]], fg: FilterGroupsConfig) -> None:
+        """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
+        `skip_unsolved`, `skip_backoff`).
+
+        Args:
+            outcomes: `(prompt index, True: all correct / False: all wrong / None: mixed)`, in sampling order.
+            fg: the skip settings.
+        """
+        for i, solved in outcomes:
+            base = 0 if solved is None else fg.skip_solved if solved else fg.skip_unsolved
+            if base == 0:
+                self.streak.pop(i, None)
+                continue
+            run = self.streak.get(i, 0) + 1
+            self.streak[i] = run
+            self.skip[i] = base * min(2 ** (run - 1), SKIP_BACKOFF_CAP) if fg.skip_backoff else base
+
+
+SKIP_BACKOFF_CAP = 64
+"""The most a prompt's skip grows under `skip_backoff` (times `skip_solved` / `skip_unsolved`)."""
 
 KEPT_RATE_MOMENTUM = 0.7
 """Weight of the previous estimate in the running kept-rate (`adaptive_gen_batch`)."""
@@ -345,7 +372,8 @@ def round_size(need: int, kept_rate: float | None, gen_batch_size: int, world_si
 
 
 def draw_prompts(sampler: EpochSampler, k: int, skip: dict[int, int] | None) -> tuple[list[int], int]:
-    """The next `k` prompt indices, passing over prompts with skips left (`skip_solved`; each pass uses one up).
+    """The next `k` prompt indices, passing over prompts with skips left (`skip_solved`, `skip_unsolved`; each pass
+    uses one up).
 
     At most one epoch's worth of prompts is looked at; if that leaves fewer than `k` (nearly every prompt solved),
     the round is topped up with the next draws regardless of their skips (re-checked early).
@@ -395,7 +423,8 @@ def collect_batch(
 
     Zero-waste options (`algorithm.filter_groups`, state in `state`): `carry_surplus` puts the kept groups beyond
     the batch first into the next step's batch (key `(0, i)`; a carried group not used then is dropped);
-    `skip_solved` passes over prompts whose last group was all correct; `adaptive_gen_batch` sizes each round from
+    `skip_solved` / `skip_unsolved` pass over prompts whose last group was all correct / all wrong (`skip_backoff`:
+    longer after each such group in a row); `adaptive_gen_batch` sizes each round from
     the running kept-rate (`round_size`).
 
     Args:
@@ -438,7 +467,8 @@ def collect_batch(
         size = cfg.data.gen_batch_size
         if fg.enable and fg.adaptive_gen_batch:
             size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
-        indices, passed = draw_prompts(sampler, size, state.skip if fg.skip_solved > 0 else None)
+        skipping = fg.skip_solved > 0 or fg.skip_unsolved > 0
+        indices, passed = draw_prompts(sampler, size, state.skip if skipping else None)
         skipped += passed
         prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
@@ -476,10 +506,9 @@ def collect_batch(
             )
         else:
             kept.extend(groups)
-        if fg.enable and fg.skip_solved > 0:
-            solved = [g.rollouts[0].problem_idx for g in groups if all(x.acc for x in g.rollouts)]
-            for i in (i for part in all_gather_objects(solved, ctx) for i in part):
-                state.skip[i] = fg.skip_solved
+        if fg.enable and (fg.skip_solved > 0 or fg.skip_unsolved > 0):
+            outcomes = [(g.rollouts[0].problem_idx, _all_same_acc(g)) for g in groups]
+            state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg)
         round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
         if indices:
             rate = round_kept / len(indices)
@@ -525,6 +554,12 @@ def collect_batch(
     if state.kept_rate is not None:
         stats["train/kept_rate"] = state.kept_rate
     return batch, stats | {"time/generate_s": generate_s}
+
+
+def _all_same_acc(group: PromptGroup) -> bool | None:
+    """True if every response of the group is correct, False if none is, None if mixed."""
+    accs = {bool(x.acc) for x in group.rollouts}
+    return next(iter(accs)) if len(accs) == 1 else None
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:

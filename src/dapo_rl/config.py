@@ -132,6 +132,12 @@ class FilterGroupsConfig:
     skip_solved: int = 0
     """Zero-waste, 2/3: a prompt whose group came out all correct is skipped the next `skip_solved` times the sampler
     draws it, then sampled again (re-checked); 0: off."""
+    skip_unsolved: int = 0
+    """The same for a prompt whose group came out all wrong (the filter drops those too; GRESO, arXiv 2506.02177,
+    skips both kinds); 0: off."""
+    skip_backoff: bool = False
+    """Double a prompt's skip with each further group in a row that is all correct or all wrong (1st: the skip, 2nd:
+    twice it, ...; at most 64 times it); a kept group clears the prompt's record."""
     adaptive_gen_batch: bool = False
     """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
     what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
@@ -657,6 +663,8 @@ def validate_config(cfg: Config) -> None:
     for key, val in (
         ("trainer.max_generated_samples", cfg.trainer.max_generated_samples),
         ("trainer.test_freq_samples", cfg.trainer.test_freq_samples),
+        ("algorithm.filter_groups.skip_solved", a.filter_groups.skip_solved),
+        ("algorithm.filter_groups.skip_unsolved", a.filter_groups.skip_unsolved),
     ):
         if val < 0:
             raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
