@@ -1,4 +1,5 @@
-"""The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`, `dapo ablate`.
+"""The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`, `dapo ablate`,
+`dapo data`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
@@ -114,6 +115,38 @@ def _parser() -> argparse.ArgumentParser:
     ab.add_argument(
         "--report", action="store_true", help="only rewrite the table and figures from finished runs"
     )
+    da = sub.add_parser(
+        "data",
+        help="convert question/answer data to verl parquet, or inspect a data file",
+        description="`dapo data convert SRC --out DIR`: a saved Hugging Face dataset, a dataset directory, JSONL, "
+        "CSV or parquet with question/answer columns (or verl data) -> DIR/train.parquet (and val.parquet). "
+        "`dapo data inspect SRC`: schema, rows, duplicates, answer types, prompt lengths in tokens.",
+    )
+    dsub = da.add_subparsers(dest="data_command", required=True)
+    dc = dsub.add_parser("convert", help="-> verl-schema parquet (train.parquet, val.parquet)")
+    di = dsub.add_parser("inspect", help="schema, rows, duplicates, answer types, prompt lengths")
+    for q in (dc, di):
+        q.add_argument(
+            "src", help="dataset directory (save_to_disk or data files), .jsonl, .json, .csv or .parquet"
+        )
+        q.add_argument("--question-column", help="default: guessed (problem, question, prompt, ...)")
+        q.add_argument("--answer-column", help="default: guessed (answer, ground_truth, ..., solution)")
+        q.add_argument("--split", help="split of a dataset with several (default: train)")
+    dc.add_argument("--out", required=True, help="output directory")
+    dc.add_argument("--template", default="dapo", choices=["dapo", "boxed", "none"], help="prompt template")
+    dc.add_argument(
+        "--data-source", help="rows' data_source (default: math_dapo with --template dapo, else math)"
+    )
+    dc.add_argument("--dedup", action="store_true", help="keep one row per distinct prompt")
+    dc.add_argument("--val-size", type=float, default=0.0, help="held-out rows: a count, or a fraction < 1")
+    dc.add_argument("--seed", type=int, default=0, help="shuffle seed of the train/val split")
+    dc.add_argument("--force", action="store_true", help="overwrite existing output files")
+    di.add_argument(
+        "--tokenizer", help="count prompt tokens with this tokenizer (a local path, or `embedded`)"
+    )
+    di.add_argument("--max-prompt-length", type=int, help="with --tokenizer: rows dapo train would drop")
+    di.add_argument("--template", default="none", choices=["dapo", "boxed", "none"], help="prompt template")
+    di.add_argument("--json", action="store_true", help="print the report as JSON")
     pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
     pl.add_argument("run_dir")
     pn = sub.add_parser(
@@ -169,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             return _score(args)
         if args.command == "ablate":
             return _ablate(args)
+        if args.command == "data":
+            return _data(args)
         if args.command == "eval":
             return _eval(args)
         if args.command == "plan":
@@ -184,6 +219,70 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def _data(args) -> int:
+    """`dapo data convert` / `dapo data inspect`: see `dapo_rl.data.convert`."""
+    import json
+
+    from dapo_rl.config import ConfigError
+    from dapo_rl.data.convert import convert, inspect_dataset
+
+    if args.data_command == "convert":
+        if args.val_size < 0:
+            raise ConfigError(f"--val-size={args.val_size} must be >= 0")
+        summary = convert(
+            args.src,
+            args.out,
+            question_column=args.question_column,
+            answer_column=args.answer_column,
+            template=args.template,
+            data_source=args.data_source,
+            dedup=args.dedup,
+            val_size=args.val_size,
+            seed=args.seed,
+            split=args.split,
+            force=args.force,
+        )
+        print("\n".join(summary.lines()))
+        return 0
+    if args.max_prompt_length is not None and args.tokenizer is None:
+        raise ConfigError("--max-prompt-length needs --tokenizer (prompt lengths are counted in its tokens)")
+    tokenizer = None
+    if args.tokenizer == "embedded":
+        from dapo_rl.models.tiny import build_tiny_tokenizer
+
+        tokenizer = build_tiny_tokenizer()
+    elif args.tokenizer is not None:
+        from dapo_rl.actor import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer, setting="--tokenizer")
+    report = inspect_dataset(
+        args.src,
+        tokenizer=tokenizer,
+        max_prompt_length=args.max_prompt_length,
+        question_column=args.question_column,
+        answer_column=args.answer_column,
+        template=args.template,
+        split=args.split,
+    )
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{report['source']}: {report['rows']} rows, {report['format']} format")
+    print("schema: " + ", ".join(f"{k}: {v}" for k, v in report["schema"].items()))
+    print(f"question {report['question_column']!r}, answer {report['answer_column']!r}")
+    print(
+        f"distinct prompts {report['distinct_prompts']}, duplicates {report['duplicate_prompts']}, "
+        f"unusable rows {report['unusable_rows']}"
+    )
+    print("answers: " + ", ".join(f"{k} {v}" for k, v in report["answer_types"].items()))
+    if "prompt_tokens" in report:
+        print("prompt tokens: " + ", ".join(f"{k} {v}" for k, v in report["prompt_tokens"].items()))
+    if "dropped_at_max_prompt_length" in report:
+        d = report["dropped_at_max_prompt_length"]
+        print(f"dapo train would drop {d['rows']} row(s) at data.max_prompt_length={d['max_prompt_length']}")
+    return 0
 
 
 def _ablate(args) -> int:

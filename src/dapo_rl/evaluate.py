@@ -25,7 +25,6 @@ from dapo_rl.collect import Rollout, Scorer, sample_groups
 from dapo_rl.data.dataset import DataError, Sample, _read_rows, load_samples
 from dapo_rl.data.templates import apply_prompt_template
 
-BOXED_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 """The `boxed` template (Qwen2.5-Math's CoT instruction), appended to a bare problem."""
 
 
@@ -155,15 +154,6 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------------- eval data
-def _template(messages: list[dict], template: str) -> list[dict]:
-    if template == "boxed":
-        content = messages[-1]["content"]
-        if "\\boxed" not in content:
-            messages = [*messages[:-1], {**messages[-1], "content": content + BOXED_SUFFIX}]
-        return messages
-    return apply_prompt_template(messages, template)
-
-
 @dataclass
 class EvalSet:
     """One evaluation file: unique problems (rows repeated k times, as in DAPO's 30 x 32 AIME file, are grouped)."""
@@ -216,7 +206,7 @@ def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
                 Sample(f"{path.stem}:{i}", "math", [{"role": "user", "content": text}], str(gt), {})
             )
     for s in samples:
-        s.prompt = _template(s.prompt, template)
+        s.prompt = apply_prompt_template(s.prompt, template)
     unique: dict[tuple, Sample] = {}
     for s in samples:
         unique.setdefault((json.dumps(s.prompt, sort_keys=True), s.ground_truth), s)

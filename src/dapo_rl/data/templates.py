@@ -1,7 +1,8 @@
 """Prompt templates.
 
 `dapo`: the template of DAPO's released data (DAPO-Math-17k and its AIME 2024 evaluation file) that asks for a final
-"Answer: ..." line, which DAPO's verifier reads.
+"Answer: ..." line, which DAPO's verifier reads. `boxed`: Qwen2.5-Math's evaluation instruction (reason step by
+step, final answer in \\boxed{}).
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 DAPO_TEMPLATE = DAPO_PREFIX + "{problem}" + DAPO_SUFFIX
 """DAPO's "Answer:" prompt, with `{problem}` standing for the bare problem text."""
 
+BOXED_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+"""Appended to the last message by the `boxed` template (unless it already asks for \\boxed)."""
+
+TEMPLATES = ("none", "dapo", "boxed")
+
 
 def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
     """Wrap the last user message of a chat in a prompt template.
 
     Args:
         messages: chat messages (`{"role", "content"}` dicts); not modified.
-        template: `none` (return as is) or `dapo` (DAPO's "Answer:" template). A message that already holds the
-            DAPO template (the shared AIME 2024 parquet, DAPO's original data) is left alone: never wrapped twice.
+        template: `none` (return as is), `dapo` (DAPO's "Answer:" template; a message that already holds it, as
+            the shared AIME 2024 parquet and DAPO's original data do, is left alone: never wrapped twice) or
+            `boxed` (`BOXED_SUFFIX` appended to the last message unless it mentions \\boxed).
 
     Returns:
         A new list of messages.
@@ -31,8 +38,13 @@ def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
     """
     if template == "none":
         return messages
+    if template == "boxed":
+        content = messages[-1]["content"]
+        if "\\boxed" in content:
+            return messages
+        return [*messages[:-1], {**messages[-1], "content": content + BOXED_SUFFIX}]
     if template != "dapo":
-        raise ValueError(f"unknown prompt template {template!r}; choose none or dapo")
+        raise ValueError(f"unknown prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m.get("role", "user") == "user":
