@@ -63,6 +63,8 @@ def test_dataset_metrics_by_hand():
     assert m["maj@1"] == pytest.approx(0.5)  # first answers: 3 (right), 1 (wrong)
     assert m["maj@4"] == pytest.approx(0.5)
     assert m["response_length_mean"] == 11.5 and m["truncation_rate"] == 0.25
+    # per-problem means 0.75 and 0.5: sd (ddof 1) = 0.25 / sqrt(2), over sqrt(2) problems -> 0.125
+    assert m["avg@4_stderr"] == pytest.approx(0.125)
     assert ks_up_to(6) == [1, 2, 4, 6] and ks_up_to(32) == [1, 2, 4, 8, 16, 32]
 
 
@@ -114,6 +116,13 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
         "rows_per_problem": 1,
         "dropped_prompts": 0,
     }
+    report = (out / "report.md").read_text().splitlines()
+    assert report[0] == f"# dapo eval: `{model_dir}`"
+    assert (
+        report[4]
+        == "| dataset | problems | avg@3 | pass@3 | maj@3 | mean length | truncated | dropped prompts |"
+    )
+    assert report[6].startswith(f"| mini | 5 | {summary['avg@3']:.4f} ± {summary['avg@3_stderr']:.4f} | ")
     # a rerun skips finished problems: nothing is generated again
     assert main(argv) == 0
     assert len((out / "generations.jsonl").read_text().splitlines()) == 15

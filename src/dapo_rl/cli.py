@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "eval",
         help="evaluate a model: avg@k, pass@k, maj@k per dataset",
         description="Sample --n responses per problem of each --data file and report avg@n, unbiased pass@k and "
-        "maj@k per dataset. Writes <output>/generations.jsonl and <output>/summary.json; rerunning with the same "
+        "maj@k per dataset. Writes <output>/generations.jsonl, <output>/summary.json and <output>/report.md; rerunning with the same "
         "--output skips finished problems.",
     )
     ev.add_argument(
@@ -147,8 +147,18 @@ def _parser() -> argparse.ArgumentParser:
     di.add_argument("--max-prompt-length", type=int, help="with --tokenizer: rows dapo train would drop")
     di.add_argument("--template", default="none", choices=["dapo", "boxed", "none"], help="prompt template")
     di.add_argument("--json", action="store_true", help="print the report as JSON")
-    pl = sub.add_parser("plot", help="draw training_dynamics.png from a run's metrics.jsonl")
-    pl.add_argument("run_dir")
+    pl = sub.add_parser(
+        "plot",
+        help="draw training_dynamics.png from a run's metrics.jsonl, or overlay several runs",
+        description="One run: redraw RUN_DIR/training_dynamics.png. Several: one figure with a line per run "
+        "(legend from the run directories' names) in each panel: reward, validation accuracy, length, truncation, "
+        "entropy, all-correct share.",
+    )
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument(
+        "--out", default="runs_compared.png", help="the overlay's PNG (default runs_compared.png)"
+    )
+    pl.add_argument("--x", default="step", choices=["step", "samples"], help="x axis of the overlay")
     pn = sub.add_parser(
         "plan",
         help="check a recipe and print its hardware, batch and memory plan (no weights, no GPU)",
@@ -193,10 +203,16 @@ def main(argv: list[str] | None = None) -> int:
 
             from dapo_rl.plotting import plot_training_dynamics
 
-            run = Path(args.run_dir)
-            if not (run / "metrics.jsonl").is_file():
-                raise ConfigError(f"{run}: no metrics.jsonl (is it a run directory?)")
-            print(plot_training_dynamics(run / "metrics.jsonl", run / "training_dynamics.png"))
+            for run in map(Path, args.run_dirs):
+                if not (run / "metrics.jsonl").is_file():
+                    raise ConfigError(f"{run}: no metrics.jsonl (is it a run directory?)")
+            if len(args.run_dirs) == 1:
+                run = Path(args.run_dirs[0])
+                print(plot_training_dynamics(run / "metrics.jsonl", run / "training_dynamics.png"))
+                return 0
+            from dapo_rl.plotting import plot_comparison
+
+            print(plot_comparison(args.run_dirs, args.out, x=args.x))
             return 0
         if args.command == "score":
             return _score(args)
@@ -400,8 +416,9 @@ def _read_score_rows(args) -> list[tuple]:
 
 
 def _eval(args) -> int:
-    """`dapo eval`: generations.jsonl, summary.json and a table."""
+    """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
     import json
+    import time
     from pathlib import Path
 
     from tqdm import tqdm
@@ -411,10 +428,17 @@ def _eval(args) -> int:
     from dapo_rl.config import ConfigError, RolloutConfig, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
-    from dapo_rl.evaluate import dataset_metrics, evaluate_dataset, format_table, load_eval_set
+    from dapo_rl.evaluate import (
+        dataset_metrics,
+        evaluate_dataset,
+        format_markdown,
+        format_table,
+        load_eval_set,
+    )
     from dapo_rl.reward.pool import RewardPool
     from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 
+    t0 = time.perf_counter()
     if args.n < 1 or args.max_tokens < 1:
         raise ConfigError("--n and --max-tokens must be >= 1")
     rollout = RolloutConfig(name=args.engine, micro_batch_size=args.batch_size)
@@ -502,8 +526,11 @@ def _eval(args) -> int:
             )
             summary[es.name] = m
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "report.md").write_text(
+        format_markdown(summary, settings | {"engine": args.engine}, time.perf_counter() - t0)
+    )
     print(format_table(summary))
-    print(f"dapo eval: {gen_path}, {out / 'summary.json'}")
+    print(f"dapo eval: {gen_path}, {out / 'summary.json'}, {out / 'report.md'}")
     return 0
 
 

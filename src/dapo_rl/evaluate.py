@@ -119,7 +119,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
         n: samples per problem.
 
     Returns:
-        `avg@n`, `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
+        `avg@n`, `avg@n_stderr` (standard error over problems: the sd of the per-problem mean accuracy over
+        sqrt(problems)), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
         `response_length_mean`, `truncation_rate`.
 
     Raises:
@@ -133,6 +134,10 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
             raise ValueError(f"problem {pid} has {len(rs)} samples, expected {n}")
         rs.sort(key=lambda r: r.sample_idx)
     out: dict[str, float] = {f"avg@{n}": float(np.mean([r.acc for r in records]))}
+    per_problem = [float(np.mean([r.acc for r in rs])) for rs in by_problem.values()]
+    out[f"avg@{n}_stderr"] = (
+        float(np.std(per_problem, ddof=1) / math.sqrt(len(per_problem))) if len(per_problem) > 1 else 0.0
+    )
     for k in ks_up_to(n):
         out[f"pass@{k}"] = float(
             np.mean([pass_at_k(n, sum(r.acc for r in rs), k) for rs in by_problem.values()])
@@ -269,6 +274,30 @@ def evaluate_dataset(
         records.extend(rs)
     records.sort(key=lambda r: (r.problem_idx, r.sample_idx))
     return records
+
+
+def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s: float | None = None) -> str:
+    """`dapo eval`'s report.md: the settings (and `wall_s`, seconds), then one row per dataset: problems, avg@n ± its standard error, the
+    largest k's pass@k and maj@k, mean response length, truncated share, prompts dropped for length."""
+    n = settings["n"]
+    head = ", ".join(f"{k} {v}" for k, v in settings.items() if k != "model")
+    lines = [
+        f"# dapo eval: `{settings['model']}`",
+        "",
+        head + (f"; {wall_s / 60:.1f} min" if wall_s else ""),
+        "",
+    ]
+    lines += [
+        f"| dataset | problems | avg@{n} | pass@{n} | maj@{n} | mean length | truncated | dropped prompts |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in summary.items():
+        lines.append(
+            f"| {name} | {m['num_problems']} | {m[f'avg@{n}']:.4f} ± {m[f'avg@{n}_stderr']:.4f} "
+            f"| {m[f'pass@{n}']:.4f} | {m[f'maj@{n}']:.4f} | {m['response_length_mean']:.1f} "
+            f"| {m['truncation_rate']:.3f} | {m.get('dropped_prompts', 0)} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def format_table(summary: dict[str, dict[str, float]]) -> str:

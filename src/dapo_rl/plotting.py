@@ -78,3 +78,98 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+COMPARE_PANELS = (
+    ("train/reward_mean", "Training reward (shaped score)"),
+    ("val/*/acc", "Validation accuracy"),
+    ("train/response_length_mean", "Mean response length (tokens)"),
+    ("train/response_clip_ratio", "Truncated share of responses"),
+    ("train/entropy", "Entropy of the actor (nats per token)"),
+    ("train/all_correct_group_ratio", "Share of all-correct groups"),
+)
+"""`plot_comparison`'s panels: metric key (`val/*/acc`: every validation set) and title."""
+
+
+def run_labels(run_dirs: list[Path]) -> list[str]:
+    """Legend names for runs: each directory's name, with parent folders added until the names differ
+    (`ablation/dapo/seed0` and `ablation/grpo/seed0` -> `dapo/seed0`, `grpo/seed0`)."""
+    parts = [Path(d).resolve().parts for d in run_dirs]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(d) for d in run_dirs]
+
+
+def comparison_series(
+    runs: list[list[dict]], labels: list[str], x: str = "step"
+) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+    """The lines of `plot_comparison`: panel key -> `(legend name, xs, ys)` per run (per validation set for
+    `val/*/acc`). `x`: `step`, or `samples` (the run's `train/gen_samples_total` at that row; 0 before the first
+    step)."""
+    out: dict[str, list[tuple[str, list[float], list[float]]]] = {}
+    for key, _ in COMPARE_PANELS:
+        lines = out.setdefault(key, [])
+        for label, rows in zip(labels, runs):
+            keys = (
+                sorted({k for r in rows for k in r if k.startswith("val/") and k.endswith("/acc")})
+                if key == "val/*/acc"
+                else [key]
+            )
+            for k in keys:
+                samples = 0
+                xs, ys = [], []
+                for r in rows:
+                    samples = r.get("train/gen_samples_total", samples)
+                    if r.get(k) is not None:
+                        xs.append(r["step"] if x == "step" else samples)
+                        ys.append(r[k])
+                lines.append(
+                    (label if key != "val/*/acc" or len(keys) == 1 else f"{label} {k[4:-4]}", xs, ys)
+                )
+    return out
+
+
+def plot_comparison(run_dirs: list[str | Path], out_path: str | Path, x: str = "step") -> Path:
+    """Overlay several runs, one line per run in each panel of `COMPARE_PANELS` (`dapo plot RUN_A RUN_B ...`;
+    lines from `comparison_series`, legend from `run_labels`).
+
+    Args:
+        run_dirs: run directories, each with a `metrics.jsonl`.
+        out_path: the PNG to write.
+        x: `step` or `samples` (`train/gen_samples_total`: the fair axis between runs that sample at different
+            rates per step, such as with and without dynamic sampling).
+
+    Returns:
+        `out_path`.
+
+    Raises:
+        ValueError: a directory without `metrics.jsonl`, or an unknown `x`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if x not in ("step", "samples"):
+        raise ValueError(f"x={x!r}: choose step or samples")
+    dirs = [Path(d) for d in run_dirs]
+    for d in dirs:
+        if not (d / "metrics.jsonl").is_file():
+            raise ValueError(f"{d}: no metrics.jsonl (is it a run directory?)")
+    series = comparison_series([read_metrics(d / "metrics.jsonl") for d in dirs], run_labels(dirs), x)
+    fig, axes = plt.subplots(3, 2, figsize=(12, 11))
+    for (key, title), ax in zip(COMPARE_PANELS, axes.flat):
+        for name, xs, ys in series[key]:
+            ax.plot(xs, ys, marker="o" if key.startswith("val/") else None, markersize=3, label=name)
+        ax.set_title(title)
+        ax.set_xlabel("step" if x == "step" else "sampled responses")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
