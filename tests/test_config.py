@@ -134,3 +134,27 @@ def test_speed_settings_that_cannot_work_fail_at_load(overrides, message):
         load_config(None, overrides)
     # null lets the actor decide; false always works
     load_config(None, ["actor.shared_prefix=false", "actor.use_remove_padding=true"])
+
+
+def test_a_recipe_builds_on_a_base(tmp_path):
+    campo = load_config("tiny_campo")
+    steps = load_config("tiny_chain_steps")
+    assert campo.sft == steps.sft and campo.data == steps.data  # the same task and warm-up model
+    assert campo.algorithm.overlong_buffer.len == 8 and steps.algorithm.overlong_buffer.len == 16
+    assert [s.max_response_length for s in campo.algorithm.campo.stages] == [24, 36, 48]
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nactor: {lr: 3.0e-5}\n")
+    (tmp_path / "b.yaml").write_text("base: tiny_chain_sum\nactor: {lr: 1.0e-5, weight_decay: 0.5}\n")
+    cfg = load_config(str(tmp_path / "a.yaml"), ["trainer.seed=7"])
+    assert (cfg.actor.lr, cfg.actor.weight_decay, cfg.trainer.seed) == (3.0e-5, 0.5, 7)
+    assert cfg.data.max_response_length == load_config().data.max_response_length  # from tiny_chain_sum
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"recipe base cycle: .*a.yaml -> .*b.yaml -> .*a.yaml"):
+        load_config(str(tmp_path / "a.yaml"))
+    (tmp_path / "c.yaml").write_text("base: tiny_chain_stepz\n")
+    with pytest.raises(
+        ConfigError, match=r"base 'tiny_chain_stepz': no recipe named .*did you mean tiny_chain_steps"
+    ):
+        load_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "d.yaml").write_text("base: tiny_chain_steps\nactor: {lrr: 1}\n")
+    with pytest.raises(ConfigError, match=r"actor.lrr"):
+        load_config(str(tmp_path / "d.yaml"))

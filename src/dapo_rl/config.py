@@ -178,6 +178,38 @@ class PolicyLossConfig:
 
 
 @dataclass
+class CampoStageConfig:
+    """One stage of CAMPO's staged length limits (`algorithm.campo.stages`; `dapo_rl.campo`)."""
+
+    max_response_length: int = 0
+    """The stage's L_max (tokens): generation budget and the overlong buffer's end; at most
+    `data.max_response_length` (the engine's budget)."""
+    clip_ratio_low: Optional[float] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """The stage's epsilon_low; null: `algorithm.clip_ratio_low`."""
+    clip_ratio_high: Optional[float] = None  # noqa: UP045
+    """The stage's epsilon_high; null: `algorithm.clip_ratio_high`."""
+    steps: int = 0
+    """The stage ends after this many steps (0: no step limit); the last stage runs to the end of training."""
+    end_on_saturation: bool = False
+    """Also end the stage when its length saturates (`CampoConfig.saturation_*`)."""
+
+
+@dataclass
+class CampoConfig:
+    """MiroMind-M1's CAMPO (arXiv 2507.14683): RL in stages of growing response-length limits, each ending after a
+    step count or when the responses saturate the limit; pair it with `reward.repetition_penalty`."""
+
+    enable: bool = False
+    stages: list[CampoStageConfig] = field(default_factory=list)
+    saturation_window: int = 5
+    """Steps averaged for the saturation test (a stage must have run this many)."""
+    saturation_clip_ratio: float = 0.05
+    """Saturated: the window's mean truncated share (`train/response_clip_ratio`) at least this ..."""
+    saturation_length_ratio: float = 0.6
+    """... and its mean response length at least this share of the stage's `max_response_length`."""
+
+
+@dataclass
 class AlgorithmConfig:
     """DAPO's objective (paper section 3, verl's `algorithm.*` and `actor.*` loss fields)."""
 
@@ -203,6 +235,7 @@ class AlgorithmConfig:
     """Mask truncated responses out of the loss (DAPO section 3.4, the alternative to soft punishment)."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    campo: CampoConfig = field(default_factory=CampoConfig)
 
 
 @dataclass
@@ -335,12 +368,24 @@ class ActorConfig:
     about a third more compute. Needed for long responses on big models."""
 
 
+TRACKERS = ("console", "jsonl", "tensorboard", "wandb", "trackio", "mlflow")
+"""The names `trainer.logger` accepts (`dapo_rl.tracking`)."""
+
+
 @dataclass
 class TrainerConfig:
     """The loop: length, logging, validation and checkpoints."""
 
     output_dir: str = "runs/dapo"
     """Run directory: resolved config, metrics.jsonl, training-dynamics PNG, checkpoints."""
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """Where metrics go (verl's key; `dapo_rl.tracking`): `console`, `jsonl` (metrics.jsonl, always written),
+    `tensorboard`, `wandb`, `trackio`, `mlflow` -- the last four each through its own library (extras of the same
+    names)."""
+    project_name: str = "dapo-rl"
+    """The trackers' project (wandb / Trackio project, MLflow experiment)."""
+    experiment_name: str = ""
+    """The trackers' run name; empty: the output directory's name."""
     total_training_steps: int = 100
     max_generated_samples: int = 0
     """Also stop after the step at which the run has sampled this many training responses (all generation rounds,
@@ -505,7 +550,7 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
 
     Args:
         recipe: a YAML file path, the name of a shipped recipe, or None for the embedded default
-            (`tiny_chain_sum`).
+            (`tiny_chain_sum`). A recipe may build on another with a top-level `base:` (`_recipe_layers`).
         overrides: `key=value` strings in dotted form (`actor.lr=1e-5`, `data.val_files=[a.parquet,b.parquet]`).
 
     Returns:
@@ -531,19 +576,10 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
     else:
         raise ConfigError(f"recipe file {recipe} does not exist")
     schema = OmegaConf.structured(Config)
-    try:
-        loaded = OmegaConf.load(path)
-    except Exception as e:  # yaml errors carry line numbers
-        raise ConfigError(f"cannot read recipe {path}: {' '.join(str(e).split())}") from e
-    raw = OmegaConf.to_container(loaded) if loaded is not None else {}
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            f"recipe {path} must be a mapping of sections (model:, data:, ...), got {type(raw).__name__}"
-        )
-    _check_keys(raw, Config, "", str(path))
+    layers = _recipe_layers(Path(path), [])
     _check_keys(_parse_overrides(overrides), Config, "", "command-line overrides")
     try:
-        merged = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(overrides))
+        merged = OmegaConf.merge(schema, *layers, OmegaConf.from_dotlist(overrides))
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except (ConfigKeyError, ConfigAttributeError) as e:
         raise _unknown_key_error(str(getattr(e, "full_key", e)), "config") from e
@@ -559,9 +595,80 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
     return cfg
 
 
+def _recipe_layers(path: Path, chain: list[Path]) -> list:
+    """A recipe and the recipes it builds on, base first: a recipe's top-level `base:` names another (a shipped
+    recipe's name, or a YAML path relative to the recipe's folder), whose settings it overrides.
+
+    Raises:
+        ConfigError: unreadable YAML (with its line), not a mapping, unknown keys, a missing base, or a cycle.
+    """
+    if path.resolve() in chain:
+        cycle = " -> ".join(str(p) for p in [*chain, path.resolve()])
+        raise ConfigError(f"recipe base cycle: {cycle}")
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as e:  # yaml errors carry line numbers
+        raise ConfigError(f"cannot read recipe {path}: {' '.join(str(e).split())}") from e
+    raw = OmegaConf.to_container(loaded) if loaded is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"recipe {path} must be a mapping of sections (model:, data:, ...), got {type(raw).__name__}"
+        )
+    base = raw.pop("base", None)
+    _check_keys(raw, Config, "", str(path))
+    own = OmegaConf.create(raw)
+    if base is None:
+        return [own]
+    if not isinstance(base, str):
+        raise ConfigError(f"recipe {path}: base must be a recipe name or a YAML path, got {base!r}")
+    local = path.parent / base
+    if local.is_file():
+        base_path = local
+    elif not base.endswith((".yaml", ".yml")):
+        try:
+            base_path = recipe_path(base)
+        except ConfigError as e:
+            raise ConfigError(f"recipe {path}: base {base!r}: {e}") from e
+    else:
+        raise ConfigError(f"recipe {path}: base {base} does not exist (looked in {path.parent})")
+    return [*_recipe_layers(base_path, [*chain, path.resolve()]), own]
+
+
 def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _validate_campo(a: AlgorithmConfig, max_response_length: int) -> None:
+    """`algorithm.campo`: stages within the engine's budget, each but the last with an end."""
+    c = a.campo
+    if not c.enable:
+        return
+    if not c.stages:
+        raise ConfigError("algorithm.campo.enable=true needs algorithm.campo.stages (a list of stages)")
+    last = len(c.stages) - 1
+    for i, st in enumerate(c.stages):
+        key = f"algorithm.campo.stages[{i}]"
+        if not 0 < st.max_response_length <= max_response_length:
+            raise ConfigError(
+                f"{key}.max_response_length={st.max_response_length} must be in (0, data.max_response_length="
+                f"{max_response_length}] (data.max_response_length is the engine's budget: the longest stage)"
+            )
+        if a.overlong_buffer.enable and a.overlong_buffer.len > st.max_response_length:
+            raise ConfigError(
+                f"algorithm.overlong_buffer.len={a.overlong_buffer.len} is longer than {key}.max_response_length="
+                f"{st.max_response_length}"
+            )
+        if st.steps < 0:
+            raise ConfigError(f"{key}.steps={st.steps} must be >= 0 (0: no step limit)")
+        if i < last and st.steps == 0 and not st.end_on_saturation:
+            raise ConfigError(f"{key} never ends: give it steps > 0 or end_on_saturation=true")
+        for name in ("clip_ratio_low", "clip_ratio_high"):
+            v = getattr(st, name)
+            if v is not None and v < 0:
+                raise ConfigError(f"{key}.{name}={v} must be >= 0")
+    if c.saturation_window < 1:
+        raise ConfigError(f"algorithm.campo.saturation_window={c.saturation_window} must be >= 1")
 
 
 def validate_config(cfg: Config) -> None:
@@ -571,6 +678,8 @@ def validate_config(cfg: Config) -> None:
         ConfigError: naming the offending setting.
     """
     a, d, r, act = cfg.algorithm, cfg.data, cfg.rollout, cfg.actor
+    for name in cfg.trainer.logger:
+        _choice(name, TRACKERS, "trainer.logger")
     _choice(
         a.loss_agg_mode,
         ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
@@ -693,6 +802,7 @@ def validate_config(cfg: Config) -> None:
             f"algorithm.overlong_buffer.len={a.overlong_buffer.len} must be in (0, data.max_response_length="
             f"{d.max_response_length}]"
         )
+    _validate_campo(a, d.max_response_length)
     for key, p in (("rollout.top_p", r.top_p), ("rollout.val_kwargs.top_p", r.val_kwargs.top_p)):
         if not 0 < p <= 1:
             raise ConfigError(f"{key}={p} must be in (0, 1]")

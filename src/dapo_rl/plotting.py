@@ -11,11 +11,24 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def stage_starts(rows: list[dict]) -> list[tuple[int, int]]:
+    """`(first step, stage)` of each CAMPO stage after the first (`campo/stage` changes), in step order."""
+    out, last = [], None
+    for r in rows:
+        stage = r.get("campo/stage")
+        if stage is None:
+            continue
+        if last is not None and stage != last:
+            out.append((r["step"], int(stage)))
+        last = stage
+    return out
+
+
 def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Draw the paper's training dynamics against the step, one panel each: reward and accuracy, response length
     and truncation rate, entropy, mean probability of the generated tokens (Fig. 7), the share of groups whose
-    responses were all correct / all wrong (Fig. 3b), and validation accuracy. A quantity the run did not log
-    leaves its panel empty.
+    responses were all correct / all wrong (Fig. 3b), and validation accuracy; dashed lines where a CAMPO stage
+    begins. A quantity the run did not log leaves its panel empty.
 
     Args:
         metrics_path: a run's `metrics.jsonl`.
@@ -70,9 +83,15 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
     ax.set_title("Validation accuracy")
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
+    starts = stage_starts(rows)
     for a in axes.flat:
         a.set_xlabel("step")
         a.grid(alpha=0.3)
+        for step, stage in starts:
+            a.axvline(step - 0.5, color="gray", linestyle="--", alpha=0.6)
+            a.text(
+                step - 0.5, 1.0, f" stage {stage}", transform=a.get_xaxis_transform(), fontsize=7, va="top"
+            )
     fig.tight_layout()
     out_path = Path(out_path)
     fig.savefig(out_path, dpi=100)

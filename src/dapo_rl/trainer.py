@@ -17,8 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from dapo_rl.actor import Actor, NonFiniteWeights, load_tokenizer, model_context_length
+from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -42,6 +44,7 @@ from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, bar
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
+from dapo_rl.tracking import Tracking, check_trackers
 
 __all__ = [
     "EXIT_DYNAMIC_SAMPLING_EXHAUSTED",
@@ -100,6 +103,7 @@ class Trainer:
         self.gen_samples_total = 0
         self.sampling_state = SamplingState()
         self._check_split()
+        check_trackers(cfg.trainer.logger)
         try:
             check_engine(cfg.rollout, ctx)
         except ValueError as e:
@@ -165,14 +169,42 @@ class Trainer:
             cfg.reward.repetition_penalty,
             log=self.log,
         )
+        self.campo = CampoSchedule(cfg.algorithm.campo) if cfg.algorithm.campo.enable else None
         if ckpt is not None:
             self._resume_from(ckpt)
+        self._apply_stage()
+        self.tracking = None
         if ctx.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(to_yaml(cfg))
+            self.tracking = self._start_tracking(resumed=ckpt is not None)
         barrier(ctx)
 
     # ----------------------------------------------------------------------------------------------- set-up
+    def _apply_stage(self) -> None:
+        """The settings of the next steps: the run's, or the current CAMPO stage's length limit and clip bounds
+        (`dapo_rl.campo`) for sampling, shaping and the loss."""
+        self.step_cfg = self.campo.stage_config(self.cfg) if self.campo is not None else self.cfg
+        self.scorer.max_response_length = self.step_cfg.data.max_response_length
+        a = self.step_cfg.algorithm
+        self.actor.algo = replace(
+            self.actor.algo, clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high
+        )
+
+    def _start_tracking(self, resumed: bool) -> Tracking | None:
+        """The trackers of `trainer.logger` beyond console and jsonl (None when there are none)."""
+        t = self.cfg.trainer
+        if not set(t.logger) - {"console", "jsonl"}:
+            return None
+        return Tracking(
+            t.logger,
+            t.project_name,
+            t.experiment_name or self.out.resolve().name,
+            OmegaConf.to_container(OmegaConf.structured(self.cfg)),
+            self.out,
+            resume_step=self.step if resumed else None,
+        )
+
     def _check_split(self) -> None:
         """Each mini-batch must split evenly over the ranks (FSDP2 needs the same number of passes on each)."""
         c, world = self.cfg, self.ctx.world_size
@@ -325,6 +357,11 @@ class Trainer:
         self.bad_streak = int(state.get("bad_streak", 0))
         self.gen_samples_total = int(state.get("gen_samples_total", 0))
         self.sampling_state.load_state_dict(state.get("dynamic_sampling", {}))
+        if self.campo is not None:
+            try:
+                self.campo.load_state_dict(state.get("campo", {}))
+            except ValueError as e:
+                raise ConfigError(f"{ckpt}: {e}") from e
         self.sampler.load_state_dict(state["sampler"])
         if self.ctx.is_main and self.metrics_path.exists():  # rows written after the checkpoint come again
             truncate_metrics(self.metrics_path, self.step)
@@ -380,14 +417,14 @@ class Trainer:
             self.scorer,
             self.sampler,
             self.train_data,
-            self.cfg,
+            self.step_cfg,
             self.step,
             ctx,
             self.log,
             self.sampling_state,
         )
         t1 = time.perf_counter()
-        batch = make_train_batch(groups, self.cfg, self.tokenizer.pad_token_id, self.step, ctx)
+        batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
         if fault_at("nan_loss", self.step, ctx.rank):
             batch.advantages = torch.full_like(batch.advantages, float("nan"))
         self.engine.sleep()
@@ -420,6 +457,8 @@ class Trainer:
         metrics["perf/tokens_per_s"] = tokens / max(t3 - t0, 1e-9)
         recomputed = tokens if upd["time/old_log_prob_s"] > 0 else 0.0
         metrics["perf/mfu"] = training_mfu(self.n_params, tokens, recomputed, t2 - t1, self.peak_flops)
+        if self.campo is not None:
+            metrics.update(self.campo.metrics())
         return metrics
 
     def fit(self) -> list[dict]:
@@ -436,13 +475,15 @@ class Trainer:
 
         t = self.cfg.trainer
         main = self.ctx.is_main
+        console = "console" in t.logger
         rows = []
         validating = t.test_freq > 0 or t.test_freq_samples > 0
         if self.step == 0 and t.val_before_train and validating:
             row = {"step": 0, **self.validate()}
             self._write_metrics(row)
             rows.append(row)
-            self.log(self._format(row))
+            if console:
+                self.log(self._format(row))
         bar = tqdm(
             total=t.total_training_steps,
             initial=self.step,
@@ -459,6 +500,13 @@ class Trainer:
                 before = self.gen_samples_total
                 self.gen_samples_total += int(row["train/gen_samples"])
                 row["train/gen_samples_total"] = self.gen_samples_total
+                if self.campo is not None:
+                    note = self.campo.observe(
+                        self.step, row["train/response_clip_ratio"], row["train/response_length_mean"]
+                    )
+                    if note:
+                        write(note)
+                        self._apply_stage()
                 last = self.step == t.total_training_steps or self.budget_spent()
                 due = (t.test_freq > 0 and self.step % t.test_freq == 0) or (
                     t.test_freq_samples > 0
@@ -487,10 +535,13 @@ class Trainer:
                 if last or (t.save_freq > 0 and self.step % t.save_freq == 0):
                     self.save_checkpoint()
                 bar.update(1)
-                write(self._format(row))
+                if console:
+                    write(self._format(row))
         finally:
             bar.close()
             self.pool.close()
+            if self.tracking is not None:
+                self.tracking.finish()
             if main and self.metrics_path.exists():
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows
@@ -512,6 +563,7 @@ class Trainer:
             "gen_samples_total": self.gen_samples_total,
             "sampler": self.sampler.state_dict(),
             "dynamic_sampling": self.sampling_state.state_dict(),
+            "campo": self.campo.state_dict() if self.campo is not None else {},
         }
         try:
             return save_checkpoint(
@@ -550,6 +602,8 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.metrics_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
+        if self.tracking is not None:
+            self.tracking.log(row, row["step"])
 
 
 def run(cfg: Config, resume: bool = False, log=print) -> int:
