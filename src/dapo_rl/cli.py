@@ -84,7 +84,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--template", default="none", choices=["none", "dapo", "boxed"], help="prompt template")
     ev.add_argument(
-        "--engine", default="hf", choices=["hf", "vllm"], help="rollout engine (vllm: in-process vLLM)"
+        "--engine",
+        default="hf",
+        choices=["hf", "vllm", "openai"],
+        help="rollout engine (vllm: in-process vLLM; openai: a served model at --base-url, --model its name)",
+    )
+    ev.add_argument(
+        "--base-url", help="--engine openai: the server's API root, e.g. http://127.0.0.1:8000/v1"
+    )
+    ev.add_argument(
+        "--concurrency", type=int, default=8, help="--engine openai: requests in flight (default 8)"
+    )
+    ev.add_argument(
+        "--max-retries", type=int, default=4, help="--engine openai: retries per request (default 4)"
     )
     ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
     ev.add_argument("--output", default="eval_out", help="output directory (default eval_out)")
@@ -415,6 +427,35 @@ def _read_score_rows(args) -> list[tuple]:
     return items
 
 
+def _local_engine(args, rollout, model_path: str):
+    """`dapo eval`'s tokenizer and engine for a local checkpoint (`--engine hf|vllm`); fills in
+    `args.max_prompt_length` from the model's context when not given."""
+    from dapo_rl.actor import load_tokenizer, model_context_length
+    from dapo_rl.config import ConfigError
+    from dapo_rl.rollout import build_engine
+
+    tok = load_tokenizer(model_path, setting="--model")
+    ctx = model_context_length(model_path)
+    if args.max_prompt_length is None:
+        args.max_prompt_length = ctx - args.max_tokens if ctx else 4096
+        if args.max_prompt_length < 1:
+            raise ConfigError(
+                f"--max-tokens={args.max_tokens} leaves no room for a prompt in the model's context ({ctx})"
+            )
+    elif ctx and args.max_prompt_length + args.max_tokens > ctx:
+        raise ConfigError(
+            f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
+            f"(max_position_embeddings={ctx}); lower one of them"
+        )
+    try:  # loads the weights: a bad checkpoint fails before anything is written
+        engine = build_engine(
+            rollout, model_path, tok, max_model_len=args.max_prompt_length + args.max_tokens, seed=args.seed
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return tok, engine
+
+
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
     import json
@@ -423,12 +464,12 @@ def _eval(args) -> int:
 
     from tqdm import tqdm
 
-    from dapo_rl.actor import load_tokenizer, model_context_length
     from dapo_rl.collect import Rollout, Scorer
     from dapo_rl.config import ConfigError, RolloutConfig, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
     from dapo_rl.evaluate import (
+        ChatPrompts,
         dataset_metrics,
         evaluate_dataset,
         format_markdown,
@@ -436,12 +477,21 @@ def _eval(args) -> int:
         load_eval_set,
     )
     from dapo_rl.reward.pool import RewardPool
-    from dapo_rl.rollout import SamplingParams, build_engine, check_engine
+    from dapo_rl.rollout import SamplingParams, check_engine
 
     t0 = time.perf_counter()
     if args.n < 1 or args.max_tokens < 1:
         raise ConfigError("--n and --max-tokens must be >= 1")
-    rollout = RolloutConfig(name=args.engine, micro_batch_size=args.batch_size)
+    served = args.engine == "openai"
+    if served and not args.base_url:
+        raise ConfigError(
+            "--engine openai needs --base-url (the server's API root) and --model (the served name)"
+        )
+    if not served and args.base_url:
+        raise ConfigError("--base-url is for --engine openai")
+    if served and args.concurrency < 1:
+        raise ConfigError(f"--concurrency={args.concurrency} must be >= 1")
+    rollout = RolloutConfig(name="hf" if served else args.engine, micro_batch_size=args.batch_size)
     try:
         check_engine(rollout, setting="--engine")
     except ValueError as e:
@@ -464,30 +514,21 @@ def _eval(args) -> int:
             raise ConfigError(
                 f"{out} holds an evaluation with other settings ({', '.join(diff)}); choose another --output"
             )
-    model_path = args.model
-    if model_path == "embedded":
-        from dapo_rl.sft import ensure_embedded_model
+    if served:
+        from dapo_rl.rollout.openai_server import OpenAIChatEngine
 
-        model_path = str(ensure_embedded_model(load_config().sft))
-    tok = load_tokenizer(model_path, setting="--model")
-    ctx = model_context_length(model_path)
-    if args.max_prompt_length is None:
-        args.max_prompt_length = ctx - args.max_tokens if ctx else 4096
-        if args.max_prompt_length < 1:
-            raise ConfigError(
-                f"--max-tokens={args.max_tokens} leaves no room for a prompt in the model's context ({ctx})"
-            )
-    elif ctx and args.max_prompt_length + args.max_tokens > ctx:
-        raise ConfigError(
-            f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
-            f"(max_position_embeddings={ctx}); lower one of them"
+        engine = OpenAIChatEngine(
+            args.base_url, args.model, concurrency=args.concurrency, max_retries=args.max_retries
         )
-    try:  # loads the weights: a bad checkpoint fails before anything is written
-        engine = build_engine(
-            rollout, model_path, tok, max_model_len=args.max_prompt_length + args.max_tokens, seed=args.seed
-        )
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+        engine.check()  # a stopped server or a wrong name: one line, before anything is written
+        tok = None
+    else:
+        model_path = args.model
+        if model_path == "embedded":
+            from dapo_rl.sft import ensure_embedded_model
+
+            model_path = str(ensure_embedded_model(load_config().sft))
+        tok, engine = _local_engine(args, rollout, model_path)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(settings, indent=2))
     gen_path = out / "generations.jsonl"
@@ -513,7 +554,11 @@ def _eval(args) -> int:
             fh.flush()
 
         for es in sets:
-            ds = PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
+            ds = (
+                ChatPrompts(es.samples, es.name)
+                if served
+                else PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
+            )
             done = {p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n}
             bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
             records = evaluate_dataset(

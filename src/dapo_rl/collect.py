@@ -161,7 +161,7 @@ class Scorer:
     """Decodes responses, scores them through the reward pool, and shapes the scores.
 
     Attributes:
-        tokenizer: decodes token ids (special tokens skipped).
+        tokenizer: decodes token ids (special tokens skipped); None when every rollout comes with its text.
         pool: `dapo_rl.reward.pool.RewardPool`.
         max_response_length: L_max of Eq. 13 (tokens).
         overlong: the overlong buffer (Eq. 13), or None for none.
@@ -184,7 +184,10 @@ class Scorer:
         """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
         if not rollouts:
             return
-        texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
+        # a served model's responses arrive as text (no token ids); the others are decoded here
+        coded = [r.response_ids for r in rollouts if r.response_ids]
+        decoded = iter(self.tokenizer.batch_decode(coded, skip_special_tokens=True) if coded else [])
+        texts = [next(decoded) if r.response_ids else r.text for r in rollouts]
         items = [
             (r.sample.data_source, t, r.sample.ground_truth, r.sample.extra_info)
             for r, t in zip(rollouts, texts)
@@ -227,7 +230,12 @@ class Scorer:
 def sample_groups(
     engine, dataset: PromptDataset, indices: Sequence[int], params: SamplingParams
 ) -> list[list[Rollout]]:
-    """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s)."""
+    """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s). An engine
+    with `generate_chat` (a served model) is given the chat messages instead of token ids."""
+    if hasattr(engine, "generate_chat"):
+        return _rollouts(
+            dataset, indices, engine.generate_chat([dataset.samples[i].prompt for i in indices], params)
+        )
     return _rollouts(dataset, indices, engine.generate([dataset.prompt_ids[i] for i in indices], params))
 
 
@@ -242,6 +250,8 @@ def _rollouts(dataset: PromptDataset, indices: Sequence[int], outputs) -> list[l
                 o.token_ids,
                 o.logprobs,
                 o.finish_reason,
+                text=o.text or "",
+                response_length=o.num_tokens if o.text is not None and o.num_tokens is not None else -1,
             )
             for j, o in enumerate(outs)
         ]

@@ -219,6 +219,23 @@ def load_eval_set(path: str | Path, template: str = "none") -> EvalSet:
     return EvalSet(path.stem, list(unique.values()), repeats, {"rows": len(samples)})
 
 
+@dataclass
+class ChatPrompts:
+    """An evaluation set for a served model (`OpenAIChatEngine`): the samples' chat messages go to the server as
+    they are, so there are no token ids and no length filter (the server rejects what does not fit)."""
+
+    samples: list[Sample]
+    name: str
+    num_dropped: int = 0
+    prompt_ids: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.prompt_ids = [[] for _ in self.samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
 # ------------------------------------------------------------------------------------------------- running
 def evaluate_dataset(
     engine,

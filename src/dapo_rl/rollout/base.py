@@ -39,11 +39,16 @@ class GenerationOutput:
         logprobs: per-token log-probability under the sampling distribution after temperature, before top-k/top-p
             (len == len(token_ids)), float.
         finish_reason: `stop` (eos emitted) or `length` (hit `max_tokens`: truncated).
+        text: the decoded response when the engine returns text, not token ids (a served model,
+            `OpenAIChatEngine`); None: decode `token_ids`.
+        num_tokens: the response's length in tokens when `token_ids` is empty (a served model's count).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    text: str | None = None
+    num_tokens: int | None = None
 
 
 class RolloutEngine(Protocol):

@@ -1,0 +1,139 @@
+"""A served model as an evaluation engine: any OpenAI-compatible chat-completions server (`vllm serve`, SGLang,
+TGI, a hosted API), through the `openai` client, as DAPO's own AIME evaluation samples (vLLM behind Ray Serve, chat
+API). `dapo eval --engine openai --base-url URL --model NAME`.
+
+The server applies its own chat template and tokenizer, so this engine works on chat messages rather than token ids
+(`generate_chat`); responses come back as text, with their token count from the returned log-probs. The `openai`
+client retries connection errors, 408/409/429 and 5xx answers with exponential backoff (`max_retries`).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from dapo_rl.config import ConfigError
+from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+
+
+class OpenAIChatEngine:
+    """Chat completions from an OpenAI-compatible server, `concurrency` requests at a time.
+
+    Args:
+        base_url: the server's API root (`http://127.0.0.1:8000/v1`).
+        model: the served model's name (`/v1/models`).
+        api_key: the key (None: `OPENAI_API_KEY`, else `EMPTY`, which vLLM accepts).
+        concurrency: requests in flight at once (one request per prompt, `n` samples each).
+        max_retries: the client's retries per request (exponential backoff).
+        timeout_s: seconds per request.
+
+    Raises:
+        ConfigError: the `openai` package is missing.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        max_retries: int = 4,
+        timeout_s: float = 600.0,
+    ):
+        try:
+            import openai
+        except ImportError as e:
+            raise ConfigError(
+                f"--engine openai needs the openai package ({e}): pip install 'dapo-rl[openai]'"
+            ) from e
+        self.base_url, self.model, self.concurrency = base_url, model, concurrency
+        self.client = openai.OpenAI(
+            base_url=base_url,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            max_retries=max_retries,
+            timeout=timeout_s,
+        )
+
+    def check(self) -> None:
+        """Ask the server which models it serves, before any work.
+
+        Raises:
+            ConfigError: no server answers at `base_url` (after the client's retries), or it does not serve `model`
+                (the served names listed).
+        """
+        import openai
+
+        try:
+            served = [m.id for m in self.client.models.list()]
+        except openai.APIConnectionError as e:
+            raise ConfigError(f"--base-url {self.base_url}: no server answers ({e}); is it running?") from e
+        except openai.APIError as e:
+            raise ConfigError(
+                f"--base-url {self.base_url}: the server refused to list its models ({e})"
+            ) from e
+        if self.model not in served:
+            raise ConfigError(
+                f"--model {self.model}: the server at {self.base_url} serves {', '.join(served)}"
+            )
+
+    def generate_chat(
+        self, conversations: list[list[dict]], params: SamplingParams
+    ) -> list[list[GenerationOutput]]:
+        """Sample `params.n` responses to each conversation (one request each, `concurrency` at a time).
+
+        Request i carries seed `params.seed + i` (None: unseeded), so a rerun with the same seeds asks for the same
+        samples (servers such as vLLM honour per-request seeds). Each output's `token_ids` is empty; `text` is the
+        response, `num_tokens` its length in the server's tokens (the returned log-probs; without them, the usage
+        count of a one-sample request), `finish_reason` `length` when the server cut it at `max_tokens`.
+
+        Raises:
+            ConfigError: a request failed after the retries (server down, or an error answer); the message names
+                the request and what the server said.
+        """
+        with ThreadPoolExecutor(max(1, self.concurrency)) as pool:
+            futures = [pool.submit(self._one, conv, params, i) for i, conv in enumerate(conversations)]
+            return [f.result() for f in futures]
+
+    def _one(self, messages: list[dict], params: SamplingParams, i: int) -> list[GenerationOutput]:
+        import openai
+
+        extra = {"top_k": params.top_k} if params.top_k > 0 else None  # vLLM's extension of the API
+        try:
+            resp = self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                n=params.n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_tokens,
+                seed=None if params.seed is None else params.seed + i,
+                logprobs=True,
+                extra_body=extra,
+            )
+        except openai.APIError as e:
+            raise ConfigError(
+                f"--base-url {self.base_url}: request for prompt {i} of this chunk failed after retries "
+                f"({type(e).__name__}: {e}); finished problems are kept, rerun the same command to resume"
+            ) from e
+        outs = []
+        for ch in sorted(resp.choices, key=lambda c: c.index):
+            lps = [t.logprob for t in ch.logprobs.content] if ch.logprobs and ch.logprobs.content else []
+            count = len(lps) if lps else (resp.usage.completion_tokens if resp.usage and params.n == 1 else 0)
+            outs.append(
+                GenerationOutput(
+                    token_ids=[],
+                    logprobs=lps,
+                    finish_reason="length" if ch.finish_reason == "length" else "stop",
+                    text=ch.message.content or "",
+                    num_tokens=count,
+                )
+            )
+        return outs
+
+    def update_weights(self, named_tensors) -> None:
+        raise NotImplementedError(
+            "a served model's weights are the server's: OpenAIChatEngine evaluates only"
+        )
+
+    def sleep(self) -> None:
+        pass
