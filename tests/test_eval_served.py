@@ -98,19 +98,24 @@ def test_served_model_scores_like_the_in_process_engine(server, base_model, tmp_
         )
     )
     common = ["--data", str(data), "--n", "4", "--max-tokens", "16", "--seed", "0", "--verifier", "math"]
-    served = dapo(
-        "eval",
-        "--engine",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        "tiny",
-        "--output",
-        str(tmp_path / "a"),
-        *common,
-    )
-    assert served.returncode == 0, served.stderr[-3000:]
+
+    def served(out, model="tiny", base_url=url, *extra):
+        return dapo(
+            "eval",
+            "--engine",
+            "openai",
+            "--base-url",
+            base_url,
+            "--model",
+            model,
+            "--output",
+            str(out),
+            *common,
+            *extra,
+        )
+
+    first = served(tmp_path / "a")
+    assert first.returncode == 0, first.stderr[-3000:]
     local = dapo(
         "eval", "--engine", "vllm", "--model", str(base_model), "--output", str(tmp_path / "b"), *common
     )
@@ -123,60 +128,22 @@ def test_served_model_scores_like_the_in_process_engine(server, base_model, tmp_
     assert a["num_samples"] == b["num_samples"] == 192
     assert abs(a["avg@4"] - b["avg@4"]) <= 3 * (a["avg@4_stderr"] ** 2 + b["avg@4_stderr"] ** 2) ** 0.5 + 1e-9
     assert 0 < a["avg@4"] < 1  # the warm-up model solves some, not all
-    assert (
-        abs(a["response_length_mean"] - b["response_length_mean"]) < 3
-    )  # token counts from the server's log-probs
+    # token counts from the server's log-probs: the same lengths as the in-process engine's
+    assert abs(a["response_length_mean"] - b["response_length_mean"]) < 3
     gens = [json.loads(x) for x in (tmp_path / "a" / "generations.jsonl").read_text().splitlines()]
     assert len(gens) == 192 and all(0 < g["response_length"] <= 16 for g in gens)
     assert "engine openai" in (tmp_path / "a" / "report.md").read_text()
     # resumable: a rerun generates nothing new
-    again = dapo(
-        "eval",
-        "--engine",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        "tiny",
-        "--output",
-        str(tmp_path / "a"),
-        *common,
-    )
-    assert (
-        again.returncode == 0 and len((tmp_path / "a" / "generations.jsonl").read_text().splitlines()) == 192
-    )
+    assert served(tmp_path / "a").returncode == 0
+    assert len((tmp_path / "a" / "generations.jsonl").read_text().splitlines()) == 192
     # a name the server does not serve, and a port where nothing listens: one line each, nothing written
-    wrong = dapo(
-        "eval",
-        "--engine",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        "gpt",
-        "--output",
-        str(tmp_path / "c"),
-        *common,
-    )
+    wrong = served(tmp_path / "c", "gpt")
     assert (
         wrong.returncode == 2
         and "--model gpt: the server at" in wrong.stderr
         and "serves tiny" in wrong.stderr
     )
-    down = dapo(
-        "eval",
-        "--engine",
-        "openai",
-        "--base-url",
-        f"http://127.0.0.1:{_free_port()}/v1",
-        "--model",
-        "tiny",
-        "--max-retries",
-        "1",
-        "--output",
-        str(tmp_path / "d"),
-        *common,
-    )
+    down = served(tmp_path / "d", "tiny", f"http://127.0.0.1:{_free_port()}/v1", "--max-retries", "1")
     assert (
         down.returncode == 2 and "no server answers" in down.stderr and down.stderr.strip().count("\n") == 0
     )

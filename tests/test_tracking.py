@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from e2e import FAULT, dapo, rows_of
+from e2e import FAULT, dapo, rows_of, run_args
 
 from dapo_rl.config import ConfigError, load_config
 from dapo_rl.tracking import check_trackers, flatten, mlflow_name, scalars
@@ -80,25 +80,15 @@ def test_every_tracker_matches_metrics_jsonl_across_a_crash_and_resume(base_mode
 
     run = tmp_path / "run"
     env = {"WANDB_MODE": "offline", "TRACKIO_DIR": str(tmp_path / "trackio"), "WANDB_SILENT": "true"}
-    args = [
-        "train",
-        f"model.path={base_model}",
-        f"trainer.output_dir={run}",
-        "data.train_reasoning_gym.size=500",
-        "data.val_reasoning_gym.size=32",
-        "data.train_batch_size=8",
-        "data.gen_batch_size=16",
-        "rollout.n=4",
-        "actor.ppo_mini_batch_size=4",
+    args = run_args(
+        base_model,
+        run,
         "trainer.total_training_steps=5",
-        "trainer.save_freq=2",
         "trainer.test_freq=2",
-        "trainer.progress_bar=false",
-        "algorithm.filter_groups.on_exhausted=partial",
         "trainer.logger=[console,jsonl,tensorboard,wandb,trackio,mlflow]",
         "trainer.project_name=trk",
         "trainer.experiment_name=demo",
-    ]
+    )
     # killed after step 4 was logged, before its checkpoint: the resumed run redoes steps 3 and 4
     r = dapo(*args, env_extra=env | {FAULT: "checkpoint:4"})
     assert r.returncode == -9, r.stderr[-3000:]
