@@ -34,9 +34,18 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in trainer.output_dir"
     )
-    sf = sub.add_parser("sft", help="build the embedded base model (supervised warm-up)")
+    sf = sub.add_parser(
+        "sft",
+        help="supervised fine-tuning: the embedded base model, or any Hugging Face model on chat data",
+        description="Without sft.train_files: build the embedded base model (a warm-up on a reasoning-gym task). "
+        "With sft.train_files (chat data: messages, or prompt/response columns) and sft.output_dir: fine-tune "
+        "sft.model_path (a local checkpoint; empty: a fresh tiny model) through TRL, loss on assistant turns only.",
+    )
     sf.add_argument("recipe", nargs="?", help="YAML recipe (its sft: section is used)")
     sf.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=500 sft.output_dir=base")
+    sf.add_argument(
+        "--resume", action="store_true", help="with sft.train_files: continue from the last checkpoint"
+    )
     sc = sub.add_parser(
         "score",
         help="score responses with a verifier (debug your reward)",
@@ -239,6 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
         if args.command == "sft":
+            if cfg.sft.train_files:
+                from dapo_rl.config import to_yaml
+                from dapo_rl.sft_chat import run_chat_sft
+
+                run_chat_sft(cfg.sft, resume=args.resume, config_yaml=to_yaml(cfg))
+                return 0
+            if args.resume:
+                raise ConfigError(
+                    "dapo sft --resume is for chat data (sft.train_files); the embedded warm-up is short"
+                )
             from dapo_rl.sft import run_sft
 
             run_sft(cfg.sft)

@@ -445,10 +445,32 @@ class SFTConfig:
     """transformers' attention kernel for the warm-up, or `auto` (as `model.attn_implementation`, probed at
     `batch_size` rows x the longest prompt + target)."""
     steps: int = 700
+    """Optimizer steps (with `train_files`: used when `epochs` is 0)."""
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100
     seed: int = 0
+    model_path: str = ""
+    """With `train_files`: the local Hugging Face checkpoint to fine-tune; empty: a fresh tiny model of the sizes
+    below (the embedded architecture)."""
+    train_files: list[str] = field(default_factory=list)
+    """Chat data to fine-tune on (`dapo_rl.sft_chat`; JSONL, parquet, CSV or a saved dataset): a `messages_column`
+    of chat messages (every assistant turn is a target), or `prompt_column` + `response_column`. Empty: the embedded
+    warm-up on `task`. Needs `output_dir`."""
+    messages_column: str = "messages"
+    prompt_column: str = "prompt"
+    response_column: str = "response"
+    epochs: float = 0.0
+    """With `train_files`: passes over the data (0: `steps` optimizer steps instead)."""
+    lr_scheduler: str = "constant"
+    """With `train_files`: `constant` (after the linear warm-up) or `cosine` (to 0)."""
+    max_length: int = 1024
+    """With `train_files`: prompt + completion tokens kept per example (longer ones are cut)."""
+    packing: bool = False
+    """With `train_files`: pack examples into `max_length` rows (TRL's best-fit packing; exact only with a
+    padding-free attention kernel such as flash-attention on GPUs, otherwise packed examples attend to each other)."""
+    save_freq: int = 100
+    """With `train_files`: a checkpoint every this many steps (for `dapo sft --resume`); 0: none."""
     hidden_size: int = 192
     num_layers: int = 3
     num_heads: int = 4
@@ -703,6 +725,17 @@ def validate_config(cfg: Config) -> None:
     _choice(cfg.sft.autocast_dtype, ("none", "bfloat16", "auto"), "sft.autocast_dtype")
     if not 0.0 <= cfg.sft.steps_fraction <= 1.0:
         raise ConfigError(f"sft.steps_fraction={cfg.sft.steps_fraction} must be in [0, 1]")
+    _choice(cfg.sft.lr_scheduler, ("constant", "cosine"), "sft.lr_scheduler")
+    if cfg.sft.train_files:
+        if cfg.sft.epochs < 0 or (cfg.sft.epochs == 0 and cfg.sft.steps < 1):
+            raise ConfigError(
+                f"sft.epochs={cfg.sft.epochs} / sft.steps={cfg.sft.steps}: give epochs > 0 or steps >= 1"
+            )
+        for key, val in (("sft.batch_size", cfg.sft.batch_size), ("sft.max_length", cfg.sft.max_length)):
+            if val < 1:
+                raise ConfigError(f"{key}={val} must be >= 1")
+    elif cfg.sft.model_path:
+        raise ConfigError("sft.model_path is fine-tuned on sft.train_files (chat data); give those too")
     _choice(cfg.trainer.launcher, ("torchrun", "ray"), "trainer.launcher")
     if r.sleep_level not in (0, 1, 2):
         raise ConfigError(f"rollout.sleep_level={r.sleep_level} is not one of 0, 1, 2")

@@ -192,3 +192,33 @@ def plot_comparison(run_dirs: list[str | Path], out_path: str | Path, x: str = "
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def plot_sft(metrics_path: str | Path, out_path: str | Path) -> Path:
+    """`dapo sft`'s curves on chat data (`dapo_rl.sft_chat`): training loss (completion tokens) and learning rate
+    against the step.
+
+    Returns:
+        `out_path`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path) if Path(metrics_path).exists() else []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in (
+        (axes[0], "train/loss", "Loss on completion tokens"),
+        (axes[1], "train/lr", "Learning rate"),
+    ):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts])
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path

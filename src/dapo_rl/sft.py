@@ -34,6 +34,17 @@ _ADDED_LATER = {
     "steps_fraction": 0.5,
     "autocast_dtype": "none",
     "attn_implementation": "sdpa",
+    # the chat-data settings (`dapo_rl.sft_chat`), which the embedded warm-up does not use
+    "model_path": "",
+    "train_files": [],
+    "messages_column": "messages",
+    "prompt_column": "prompt",
+    "response_column": "response",
+    "epochs": 0.0,
+    "lr_scheduler": "constant",
+    "max_length": 1024,
+    "packing": False,
+    "save_freq": 100,
 }
 
 
