@@ -177,3 +177,46 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(r.stdout)
     assert report["rows"] == 1319 and report["format"] == "verl" and report["prompt_tokens"]["max"] > 100
+
+
+@pytest.mark.slow
+def test_converted_files_run_through_dapo_train_and_dapo_eval(base_model, tmp_path):
+    out = tmp_path / "gsm"
+    convert(DATA / "gsm8k" / "test.jsonl", out, template="none", val_size=16, seed=0)
+    r = dapo(
+        "eval",
+        "--model",
+        str(base_model),
+        "--data",
+        str(out / "val.parquet"),
+        "--n",
+        "2",
+        "--max-tokens",
+        "8",
+        "--output",
+        str(tmp_path / "ev"),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "ev" / "summary.json").read_text())["val"]["num_problems"] == 16
+    run = tmp_path / "run"
+    r = dapo(
+        "train",
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
+        f"data.train_files=[{out / 'train.parquet'}]",
+        f"data.val_files=[{out / 'val.parquet'}]",
+        "data.max_prompt_length=512",
+        "data.max_response_length=8",
+        "algorithm.overlong_buffer.len=4",
+        "algorithm.filter_groups.enable=false",
+        "data.train_batch_size=4",
+        "data.gen_batch_size=4",
+        "rollout.n=2",
+        "actor.ppo_mini_batch_size=4",
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=-1",
+        "trainer.progress_bar=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 1 and rows[-1]["train/gen_samples"] == 8
