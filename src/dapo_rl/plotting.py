@@ -92,11 +92,7 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
             a.text(
                 step - 0.5, 1.0, f" stage {stage}", transform=a.get_xaxis_transform(), fontsize=7, va="top"
             )
-    fig.tight_layout()
-    out_path = Path(out_path)
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    return _save(fig, out_path)
 
 
 COMPARE_PANELS = (
@@ -187,11 +183,7 @@ def plot_comparison(run_dirs: list[str | Path], out_path: str | Path, x: str = "
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    out_path = Path(out_path)
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    return _save(fig, out_path)
 
 
 def plot_sft(metrics_path: str | Path, out_path: str | Path) -> Path:
@@ -217,6 +209,13 @@ def plot_sft(metrics_path: str | Path, out_path: str | Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+    return _save(fig, out_path)
+
+
+def _save(fig, out_path: str | Path) -> Path:
+    """Lay out, write the PNG, free the figure."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out_path = Path(out_path)
     fig.savefig(out_path, dpi=100)

@@ -60,18 +60,11 @@ def embedded_model_dir(cfg: SFTConfig) -> Path:
     return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"
 
 
-def run_sft(cfg: SFTConfig, log=print) -> Path:
-    """Train the tiny base model and save it (safetensors + tokenizer) to `embedded_model_dir(cfg)`.
-
-    The write is atomic: a temporary directory renamed into place, so an interrupted run leaves no half model.
-
-    Returns:
-        The model directory, loadable with `AutoModelForCausalLM.from_pretrained`.
-    """
+def fresh_tiny_model(cfg: SFTConfig):
+    """A newly initialised tiny model (`sft.hidden_size`, `num_layers`, `num_heads`, `intermediate_size`,
+    `max_position_embeddings`, seed `sft.seed`) and the byte-level tokenizer: `(model, tokenizer)`."""
     from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
 
-    out_dir = embedded_model_dir(cfg)
-    torch.manual_seed(cfg.seed)
     tok = build_tiny_tokenizer()
     model = build_tiny_model(
         hidden_size=cfg.hidden_size,
@@ -83,6 +76,20 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
         pad_token_id=tok.pad_token_id,
         seed=cfg.seed,
     )
+    return model, tok
+
+
+def run_sft(cfg: SFTConfig, log=print) -> Path:
+    """Train the tiny base model and save it (safetensors + tokenizer) to `embedded_model_dir(cfg)`.
+
+    The write is atomic: a temporary directory renamed into place, so an interrupted run leaves no half model.
+
+    Returns:
+        The model directory, loadable with `AutoModelForCausalLM.from_pretrained`.
+    """
+    out_dir = embedded_model_dir(cfg)
+    torch.manual_seed(cfg.seed)
+    model, tok = fresh_tiny_model(cfg)
     t = cfg.task
     samples = reasoning_gym_samples(t.task, t.size, t.seed, dict(t.params), t.strip_instruction)
     prompts = [render_prompt(tok, s.prompt) for s in samples]

@@ -100,20 +100,9 @@ def _base_model(cfg: SFTConfig):
         except (OSError, ValueError) as e:
             raise ConfigError(f"sft.model_path={cfg.model_path}: cannot load the model ({e})") from e
         return model, tok
-    from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+    from dapo_rl.sft import fresh_tiny_model
 
-    tok = build_tiny_tokenizer()
-    model = build_tiny_model(
-        hidden_size=cfg.hidden_size,
-        num_layers=cfg.num_layers,
-        num_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_position_embeddings,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        seed=cfg.seed,
-    )
-    return model, tok
+    return fresh_tiny_model(cfg)
 
 
 def run_chat_sft(cfg: SFTConfig, resume: bool = False, log=print, config_yaml: str = "") -> Path:
