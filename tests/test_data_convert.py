@@ -177,6 +177,14 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(r.stdout)
     assert report["rows"] == 1319 and report["format"] == "verl" and report["prompt_tokens"]["max"] > 100
+    r = dapo(
+        "data", "inspect", str(out / "train.parquet"), "--tokenizer", "embedded", "--max-prompt-length", "64"
+    )
+    top = report["prompt_tokens"]["max"]
+    assert r.stdout.strip().splitlines()[-1] == (
+        f"dapo train would drop 1319 row(s) at data.max_prompt_length=64: every prompt; raise it to at least {top} "
+        "to keep them all"
+    )
 
 
 @pytest.mark.slow

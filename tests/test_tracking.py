@@ -60,7 +60,10 @@ def wandb_history(run_file) -> list[dict]:
             rec = wandb_internal_pb2.Record()
             rec.ParseFromString(buf)
             if rec.WhichOneof("record_type") == "history":
-                rows.append({i.key: json.loads(i.value_json) for i in rec.history.item})
+                # an item names its metric in `key`, or (newer wandb) in `nested_key` split at the slashes
+                rows.append(
+                    {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+                )
     return rows
 
 

@@ -328,7 +328,12 @@ def _data(args) -> int:
         print("prompt tokens: " + ", ".join(f"{k} {v}" for k, v in report["prompt_tokens"].items()))
     if "dropped_at_max_prompt_length" in report:
         d = report["dropped_at_max_prompt_length"]
-        print(f"dapo train would drop {d['rows']} row(s) at data.max_prompt_length={d['max_prompt_length']}")
+        note = ""
+        if d["rows"] and d["rows"] == report["rows"] - report["unusable_rows"]:
+            note = f": every prompt; raise it to at least {report['prompt_tokens']['max']} to keep them all"
+        print(
+            f"dapo train would drop {d['rows']} row(s) at data.max_prompt_length={d['max_prompt_length']}{note}"
+        )
     return 0
 
 
@@ -504,7 +509,7 @@ def _eval(args) -> int:
     served = args.engine == "openai"
     if served and not args.base_url:
         raise ConfigError(
-            "--engine openai needs --base-url (the server's API root) and --model (the served name)"
+            "--engine openai needs --base-url (the server's API root, e.g. http://127.0.0.1:8000/v1)"
         )
     if not served and args.base_url:
         raise ConfigError("--base-url is for --engine openai")
