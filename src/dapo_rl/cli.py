@@ -77,7 +77,10 @@ def _parser() -> argparse.ArgumentParser:
         "--output skips finished problems.",
     )
     ev.add_argument(
-        "--model", default="embedded", help="local Hugging Face checkpoint, or `embedded` (default)"
+        "--model",
+        default="embedded",
+        help="local Hugging Face checkpoint, `embedded` (default) or `smollm2-135m-instruct`; with --engine openai the "
+        "served model's name",
     )
     ev.add_argument("--data", action="append", required=True, help="evaluation file (repeat for several)")
     ev.add_argument("--n", type=int, default=1, help="samples per problem (k of avg@k)")
@@ -389,6 +392,10 @@ def _train(cfg, args, argv: list[str]) -> int:
             from dapo_rl.sft import ensure_embedded_model
 
             ensure_embedded_model(cfg.sft)
+        else:
+            from dapo_rl.models.smollm2 import resolve_model_alias
+
+            resolve_model_alias(cfg.model.path)  # a model alias: converted once, before the ranks start
         return launch_torchrun(argv, t.nproc_per_node)
     from tqdm import tqdm
 
@@ -547,7 +554,9 @@ def _eval(args) -> int:
         engine.check()  # a stopped server or a wrong name: one line, before anything is written
         tok = None
     else:
-        model_path = args.model
+        from dapo_rl.models.smollm2 import resolve_model_alias
+
+        model_path = resolve_model_alias(args.model)
         if model_path == "embedded":
             from dapo_rl.sft import ensure_embedded_model
 

@@ -93,10 +93,12 @@ def _base_model(cfg: SFTConfig):
 
     if cfg.model_path:
         from dapo_rl.actor import load_tokenizer
+        from dapo_rl.models.smollm2 import resolve_model_alias
 
-        tok = load_tokenizer(cfg.model_path, setting="sft.model_path")
+        path = resolve_model_alias(cfg.model_path)
+        tok = load_tokenizer(path, setting="sft.model_path")
         try:
-            model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype="float32")
+            model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
         except (OSError, ValueError) as e:
             raise ConfigError(f"sft.model_path={cfg.model_path}: cannot load the model ({e})") from e
         return model, tok

@@ -244,17 +244,26 @@ class Trainer:
         return ckpt
 
     def _base_model_path(self) -> str:
-        """`model.path`, or the embedded model (built once per machine by local rank 0, the others wait)."""
-        if self.cfg.model.path != "embedded":
-            return self.cfg.model.path
+        """`model.path`, or the checkpoint `embedded` or a model alias (`smollm2-135m-instruct`) stands for (built
+        once per machine by local rank 0, the others wait)."""
+        from dapo_rl.models.smollm2 import MODEL_ALIASES, resolve_model_alias
         from dapo_rl.sft import ensure_embedded_model
 
+        path = self.cfg.model.path
+        if path != "embedded" and path not in MODEL_ALIASES:
+            return path
+
+        def build() -> str:
+            if path == "embedded":
+                return str(ensure_embedded_model(self.cfg.sft, log=self.log))
+            return resolve_model_alias(path, self.log)
+
         if self.ctx.local_rank == 0:
-            path = ensure_embedded_model(self.cfg.sft, log=self.log)
+            local = build()
         barrier(self.ctx)
         if self.ctx.local_rank != 0:
-            path = ensure_embedded_model(self.cfg.sft, log=self.log)  # cached by now
-        return str(path)
+            local = build()  # cached by now
+        return local
 
     def _setup_tokenizer(self, load_path: str) -> None:
         c = self.cfg

