@@ -27,6 +27,10 @@ def test_converted_checkpoint_has_the_gguf_models_logits(converted):
 
     meta = json.loads((converted / "conversion.json").read_text())
     assert meta["file"] == GGUF_NAME and meta["quantisation"] == "Q4_1" and len(meta["sha256"]) == 64
+    config = json.loads((converted / "config.json").read_text())
+    assert (
+        "quantization_config" not in config and config["model_type"] == "llama"
+    )  # plain weights (vLLM loads it)
     ref, ref_tok = load_from_gguf(gguf_file())
     model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(converted)

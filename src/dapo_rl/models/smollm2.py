@@ -13,6 +13,7 @@ The weights are the Q4_1 values dequantised: this is SmolLM2 as quantised, not t
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -127,7 +128,12 @@ def ensure_smollm2(log=print) -> Path:
     from transformers import AutoModelForCausalLM
 
     gguf_model, tok = load_from_gguf(src)
-    plain = AutoModelForCausalLM.from_config(gguf_model.config)
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(
+        config, "quantization_config"
+    ):  # the weights are plain float32 now: no GGUF quantisation to declare
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
     missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
     if unexpected or [
         k for k in missing if "lm_head" not in k
