@@ -294,14 +294,15 @@ def evaluate_dataset(
 
 
 def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s: float | None = None) -> str:
-    """`dapo eval`'s report.md: the settings (and `wall_s`, seconds), then one row per dataset: problems, avg@n ± its standard error, the
-    largest k's pass@k and maj@k, mean response length, truncated share, prompts dropped for length."""
+    """`dapo eval`'s report.md: the settings (and `wall_s`, this invocation's seconds: a resumed evaluation counts
+    only its own), then one row per dataset: problems, avg@n ± its standard error, the largest k's pass@k and maj@k,
+    mean response length, truncated share, prompts dropped for length."""
     n = settings["n"]
     head = ", ".join(f"{k} {v}" for k, v in settings.items() if k != "model")
     lines = [
         f"# dapo eval: `{settings['model']}`",
         "",
-        head + (f"; {wall_s / 60:.1f} min" if wall_s else ""),
+        head + (f"; this invocation took {wall_s / 60:.1f} min" if wall_s else ""),
         "",
     ]
     lines += [
