@@ -131,9 +131,12 @@ class OpenAIChatEngine:
         return outs
 
     def update_weights(self, named_tensors) -> None:
-        raise NotImplementedError(
-            "a served model's weights are the server's: OpenAIChatEngine evaluates only"
-        )
+        """Refused: a served model's weights belong to its server, so this engine can evaluate but not train.
+
+        Raises:
+            RuntimeError: always.
+        """
+        raise RuntimeError("a served model's weights are the server's: OpenAIChatEngine evaluates only")
 
     def sleep(self) -> None:
-        pass
+        """Nothing to free: the model lives in the server."""
