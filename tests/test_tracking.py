@@ -156,3 +156,17 @@ def dapo_trackio_logs(root, project: str, name: str) -> list[dict]:
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_tracker_that_does_not_start_stops_every_rank(base_model, tmp_path):
+    # two ranks; MLflow on rank 0 refuses the URI: both ranks stop with exit 2 instead of waiting at a barrier
+    r = dapo(
+        *run_args(
+            base_model, tmp_path / "run", "trainer.nproc_per_node=2", "trainer.logger=[console,mlflow]"
+        ),
+        env_extra={"MLFLOW_TRACKING_URI": "bogus://nowhere"},
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "dapo: error: trainer.logger: mlflow did not start" in r.stderr
+    assert "the trackers did not start on rank 0" in r.stderr  # rank 1's own line

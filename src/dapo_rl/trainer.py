@@ -174,10 +174,19 @@ class Trainer:
             self._resume_from(ckpt)
         self._apply_stage()
         self.tracking = None
+        failed: ConfigError | None = None
         if ctx.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(to_yaml(cfg))
-            self.tracking = self._start_tracking(resumed=ckpt is not None)
+            try:
+                self.tracking = self._start_tracking(resumed=ckpt is not None)
+            except ConfigError as e:
+                failed = e
+        # a tracker that did not start on rank 0 stops every rank (none waits for it at a barrier)
+        if all_reduce([float(failed is not None)], ctx, op="max")[0] > 0:
+            raise failed or ConfigError(
+                "trainer.logger: the trackers did not start on rank 0 (its message says why)"
+            )
         barrier(ctx)
 
     # ----------------------------------------------------------------------------------------------- set-up
