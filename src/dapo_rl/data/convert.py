@@ -130,25 +130,11 @@ def answer_text(value: Any) -> str | None:
     if "####" in text:
         text = gsm8k_ground_truth(text)
     elif "\\boxed" in text:
-        boxed = last_boxed(text)
-        text = boxed if boxed is not None else text
+        from dapo_rl.reward.extract import find_boxed
+
+        boxes = find_boxed(text)
+        text = boxes[-1][2].strip() if boxes else text
     return text or None
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` (braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j].strip()
-    return None
 
 
 _INT = re.compile(r"^[-+]?\d{1,3}(,\d{3})+$|^[-+]?\d+$")
@@ -265,19 +251,7 @@ def convert(
     rows: list[dict] = []
     seen: set[str] = set()
     for i, row in enumerate(ds):
-        if verl:
-            messages, gt = (
-                _verl_prompt(row.get("prompt")),
-                answer_text((row.get("reward_model") or {}).get("ground_truth")),
-            )
-            raw = (row.get("extra_info") or {}).get("raw_problem") or (
-                messages[-1]["content"] if messages else None
-            )
-        else:
-            q = row.get(q_col)
-            raw = q.strip() if isinstance(q, str) else None
-            messages = [{"role": "user", "content": raw}] if raw else None
-            gt = answer_text(row.get(a_col))
+        messages, gt, raw = _read_row(row, verl, q_col, a_col)
         if not messages or gt is None:
             field_name = q_col if not messages else a_col
             summary.dropped_empty.append(f"row {i}: field {field_name!r} is empty or not text")
@@ -323,6 +297,22 @@ def convert(
     for r in rows:
         summary.answer_types[answer_type(r["reward_model"]["ground_truth"])] += 1
     return summary
+
+
+def _read_row(
+    row: dict, verl: bool, q_col: str, a_col: str
+) -> tuple[list[dict] | None, str | None, str | None]:
+    """`(messages, ground truth, bare problem text)` of one input row; None where a part is missing or unusable."""
+    if verl:
+        messages = _verl_prompt(row.get("prompt"))
+        gt = answer_text((row.get("reward_model") or {}).get("ground_truth"))
+        raw = (row.get("extra_info") or {}).get("raw_problem") or (
+            messages[-1]["content"] if messages else None
+        )
+        return messages, gt, raw
+    q = row.get(q_col)
+    raw = q.strip() if isinstance(q, str) and q.strip() else None
+    return ([{"role": "user", "content": raw}] if raw else None), answer_text(row.get(a_col)), raw
 
 
 def _verl_prompt(prompt: Any) -> list[dict] | None:
@@ -394,13 +384,7 @@ def inspect_dataset(
     )
     prompts, answers, unusable = [], [], 0
     for row in ds:
-        if verl:
-            messages = _verl_prompt(row.get("prompt"))
-            gt = answer_text((row.get("reward_model") or {}).get("ground_truth"))
-        else:
-            q = row.get(q_col)
-            messages = [{"role": "user", "content": q.strip()}] if isinstance(q, str) and q.strip() else None
-            gt = answer_text(row.get(a_col))
+        messages, gt, _ = _read_row(row, verl, q_col, a_col)
         if not messages or gt is None:
             unusable += 1
             continue
