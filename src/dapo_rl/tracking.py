@@ -30,8 +30,8 @@ from pathlib import Path
 
 from dapo_rl.config import TRACKERS, ConfigError
 
-_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow"}
-"""Backend -> the module it needs (and the `dapo-rl[...]` extra that installs it)."""
+_LIBRARY_BACKED = ("tensorboard", "wandb", "trackio", "mlflow")
+"""Trackers that need their library: each name is also its module's and its `dapo-rl[...]` extra's."""
 
 
 def check_trackers(names: list[str]) -> None:
@@ -43,14 +43,13 @@ def check_trackers(names: list[str]) -> None:
     for name in names:
         if name not in TRACKERS:
             raise ConfigError(f"trainer.logger: unknown tracker {name!r}; choose from {', '.join(TRACKERS)}")
-        module = _PACKAGES.get(name)
-        if module is None:
+        if name not in _LIBRARY_BACKED:
             continue
         try:
-            importlib.import_module(module)
+            importlib.import_module(name)
         except ImportError as e:
             raise ConfigError(
-                f"trainer.logger has {name!r} but the {module} package is not installed ({e}): "
+                f"trainer.logger has {name!r} but the {name} package is not installed ({e}): "
                 f"pip install 'dapo-rl[{name}]'"
             ) from e
 
