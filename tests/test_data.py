@@ -44,6 +44,19 @@ def test_dapo_17k_bare_problems_get_the_dapo_template():
     assert apply_prompt_template(s.prompt, "dapo") == s.prompt
 
 
+def test_answer_template_appends_one_line_once():
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 - 6 ="}]
+    out = apply_prompt_template(msgs, "answer")
+    assert out[0] == msgs[0] and msgs[1]["content"] == "1 - 6 ="  # input not modified
+    assert out[1] == {
+        "role": "user",
+        "content": '1 - 6 =\nGive the final answer on a last line of the form "Answer: <number>".',
+    }
+    assert apply_prompt_template(out, "answer") == out  # already asks for an "Answer:" line
+    with pytest.raises(ValueError, match="unknown prompt template 'answers'.*answer"):
+        apply_prompt_template(msgs, "answers")
+
+
 def test_jsonl_rows_and_string_prompts(tmp_path):
     p = tmp_path / "d.jsonl"
     rows = [
@@ -125,10 +138,28 @@ def test_reasoning_gym_samples_score_with_their_own_verifier():
     assert s[0].prompt[0]["content"].endswith("=")
     r = compute_score(s[0].data_source, f"Answer: {s[0].ground_truth}", s[0].ground_truth, s[0].extra_info)
     assert r["acc"] is True and r["score"] == 1.0
-    # the same seed gives the same problems (held-out sets are another seed)
+    # the same seed gives the same problems
     assert [
         x.ground_truth for x in reasoning_gym_samples("chain_sum", 5, 0, {"min_terms": 2, "max_terms": 3})
     ] == [x.ground_truth for x in s]
+
+
+def test_reasoning_gym_seeds_overlap_and_validation_can_leave_training_prompts_out():
+    # reasoning-gym seeds item i with seed + i: seed 1's items are seed 0's items shifted by one, so a "held-out"
+    # set of another nearby seed repeats training problems (data.val_exclude_train_prompts)
+    params = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+    train = reasoning_gym_samples("chain_sum", 6, 0, params, strip_instruction=True)
+    val = reasoning_gym_samples("chain_sum", 6, 1, params, strip_instruction=True)
+    assert [x.prompt for x in val[:5]] == [x.prompt for x in train[1:]]
+    tok = build_tiny_tokenizer()
+    train_ds = PromptDataset(train, tok, 64, "chain_sum")
+    val_ds = PromptDataset(val, tok, 64, "chain_sum")
+    seen = {tuple(ids) for ids in train_ds.prompt_ids}
+    assert val_ds.count_prompts(seen) == 5 and len(val_ds) == 6
+    assert val_ds.drop_prompts(seen) == 5
+    assert [x.uid for x in val_ds.samples] == ["chain_sum:1:5"] and len(val_ds.prompt_ids) == 1
+    with pytest.raises(DataError, match="dataset chain_sum: all 6 prompts are also training prompts"):
+        PromptDataset(train, tok, 64, "chain_sum").drop_prompts(seen)
 
 
 def test_prompt_dataset_drops_and_counts_long_prompts():

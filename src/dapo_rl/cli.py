@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from dapo_rl.data.templates import TEMPLATES
+
 EXIT_CONFIG = 2
 
 
@@ -94,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="longer prompts are dropped and counted (default: the model's context minus --max-tokens)",
     )
-    ev.add_argument("--template", default="none", choices=["none", "dapo", "boxed"], help="prompt template")
+    ev.add_argument("--template", default="none", choices=TEMPLATES, help="prompt template")
     ev.add_argument(
         "--engine",
         default="hf",
@@ -157,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--answer-column", help="default: guessed (answer, ground_truth, ..., solution)")
         q.add_argument("--split", help="split of a dataset with several (default: train)")
     dc.add_argument("--out", required=True, help="output directory")
-    dc.add_argument("--template", default="dapo", choices=["dapo", "boxed", "none"], help="prompt template")
+    dc.add_argument("--template", default="dapo", choices=TEMPLATES, help="prompt template")
     dc.add_argument(
         "--data-source", help="rows' data_source (default: math_dapo with --template dapo, else math)"
     )
@@ -169,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         "--tokenizer", help="count prompt tokens with this tokenizer (a local path, or `embedded`)"
     )
     di.add_argument("--max-prompt-length", type=int, help="with --tokenizer: rows dapo train would drop")
-    di.add_argument("--template", default="none", choices=["dapo", "boxed", "none"], help="prompt template")
+    di.add_argument("--template", default="none", choices=TEMPLATES, help="prompt template")
     di.add_argument("--json", action="store_true", help="print the report as JSON")
     pl = sub.add_parser(
         "plot",

@@ -83,7 +83,9 @@ class DataConfig:
     """reasoning-gym validation task (held out: another seed), used when `val_files` is empty."""
     prompt_template: str = "none"
     """`none`: prompts as given. `dapo`: wrap a bare problem in DAPO's "Answer:" template (prompts already wrapped
-    are detected and left alone)."""
+    are detected and left alone). `boxed`: ask for a \\boxed{} answer. `answer`: one short line asking for a last
+    "Answer: <number>" line (small chat models). Applied to files and reasoning-gym tasks alike
+    (`dapo_rl.data.templates`)."""
     max_prompt_length: int = 2048
     """Prompts longer than this many tokens (after the chat template) are dropped and counted, never truncated."""
     max_response_length: int = 20480
@@ -95,7 +97,11 @@ class DataConfig:
     shuffle: bool = True
     """Shuffle the training prompts each epoch with a seeded generator (the order continues on resume)."""
     val_max_samples: int = -1
-    """Use only the first N validation prompts of each validation set (-1: all)."""
+    """Use only the first N validation prompts of each validation set (-1: all); counted after
+    `val_exclude_train_prompts`."""
+    val_exclude_train_prompts: bool = False
+    """Leave out validation prompts whose rendered prompt is also a training prompt (token for token), and log how
+    many: small procedural tasks (two-term sums) repeat their problems across generator seeds."""
     skip_invalid: bool = False
     """Malformed rows (no ground truth, a prompt that is not text or chat messages, wrong types, a line that is not
     UTF-8 JSON) stop the run with an error naming file, row and field; `true` skips them, counts them in
@@ -741,7 +747,9 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(f"rollout.sleep_level={r.sleep_level} is not one of 0, 1, 2")
     _choice(a.filter_groups.metric, ("acc", "score"), "algorithm.filter_groups.metric")
     _choice(a.filter_groups.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
-    _choice(d.prompt_template, ("none", "dapo"), "data.prompt_template")
+    from dapo_rl.data.templates import TEMPLATES
+
+    _choice(d.prompt_template, TEMPLATES, "data.prompt_template")
     _choice(r.name, ("hf", "vllm"), "rollout.name")
     _choice(cfg.model.dtype, ("float32", "bfloat16"), "model.dtype")
     _choice(act.autocast_dtype, ("none", "bfloat16", "auto"), "actor.autocast_dtype")

@@ -38,7 +38,13 @@ from dapo_rl.collect import (
     make_train_batch,
 )
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
-from dapo_rl.data import EpochSampler, PromptDataset, load_samples, reasoning_gym_samples
+from dapo_rl.data import (
+    EpochSampler,
+    PromptDataset,
+    apply_prompt_template,
+    load_samples,
+    reasoning_gym_samples,
+)
 from dapo_rl.data.dataset import DataError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
@@ -339,6 +345,19 @@ class Trainer:
             ]
         else:
             self.val_data = [self._reasoning_gym(d.val_reasoning_gym)]
+        seen = {tuple(ids) for ids in self.train_data.prompt_ids}
+        for ds in self.val_data:
+            total = len(ds)
+            if d.val_exclude_train_prompts:
+                also = ds.drop_prompts(seen)
+                what = f"left out (data.val_exclude_train_prompts), {len(ds)} remain"
+            else:
+                also = ds.count_prompts(seen)
+                what = "kept (data.val_exclude_train_prompts=true leaves them out)"
+            if also:
+                self.log(
+                    f"data: {also} of {total} validation prompts of {ds.name} are also training prompts; {what}"
+                )
         if d.val_max_samples > 0:
             for ds in self.val_data:
                 ds.samples, ds.prompt_ids = (
@@ -367,6 +386,8 @@ class Trainer:
 
     def _reasoning_gym(self, rg) -> PromptDataset:
         samples = reasoning_gym_samples(rg.task, rg.size, rg.seed, dict(rg.params), rg.strip_instruction)
+        for s in samples:
+            s.prompt = apply_prompt_template(s.prompt, self.cfg.data.prompt_template)
         return PromptDataset(samples, self.tokenizer, self.cfg.data.max_prompt_length, rg.task)
 
     def _resume_from(self, ckpt: Path) -> None:

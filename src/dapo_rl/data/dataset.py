@@ -287,3 +287,27 @@ class PromptDataset:
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def count_prompts(self, prompt_ids: set[tuple[int, ...]]) -> int:
+        """How many of this dataset's prompts are in `prompt_ids` (token ids of rendered prompts, as tuples)."""
+        return sum(tuple(ids) in prompt_ids for ids in self.prompt_ids)
+
+    def drop_prompts(self, prompt_ids: set[tuple[int, ...]]) -> int:
+        """Leave out the samples whose rendered prompt is in `prompt_ids` (`data.val_exclude_train_prompts`).
+
+        Returns:
+            How many were left out.
+
+        Raises:
+            DataError: every sample would be left out.
+        """
+        keep = [i for i, ids in enumerate(self.prompt_ids) if tuple(ids) not in prompt_ids]
+        if not keep:
+            raise DataError(
+                f"dataset {self.name}: all {len(self)} prompts are also training prompts "
+                "(data.val_exclude_train_prompts); use validation data the training data does not cover"
+            )
+        dropped = len(self) - len(keep)
+        self.samples = [self.samples[i] for i in keep]
+        self.prompt_ids = [self.prompt_ids[i] for i in keep]
+        return dropped
