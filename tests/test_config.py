@@ -14,7 +14,12 @@ def test_embedded_default_recipe_loads():
     assert cfg.model.path == "embedded"
     assert cfg.data.train_reasoning_gym.task == "chain_sum"
     assert cfg.data.val_reasoning_gym.size >= 500
-    assert cfg.data.val_reasoning_gym.seed != cfg.data.train_reasoning_gym.seed != cfg.sft.task.seed
+    # reasoning-gym generates item i from seed + i: validation's seed range overlaps neither training's nor the
+    # warm-up's (those two do overlap: the warm-up saw the RL problems 1,000-19,999 with their answers)
+    val = cfg.data.val_reasoning_gym
+    for t in (cfg.data.train_reasoning_gym, cfg.sft.task):
+        assert t.seed + t.size <= val.seed or val.seed + val.size <= t.seed
+    assert cfg.data.val_exclude_train_prompts
     assert cfg.algorithm.clip_ratio_low == 0.2 and cfg.algorithm.clip_ratio_high == 0.28
 
 

@@ -58,6 +58,11 @@ def test_train_checkpoint_and_resume(base_model, tmp_path):
     r = dapo("train", *common, "trainer.total_training_steps=3")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "attention chosen by model.attn_implementation=auto" in r.stdout + r.stderr
+    # 24 of the 100 held-out problems (seed range 1,000,000+) are two- and three-term sums the 2,000 training ones hold
+    assert (
+        "data: 24 of 100 validation prompts of chain_sum are also training prompts; left out "
+        "(data.val_exclude_train_prompts), 76 remain" in r.stdout + r.stderr
+    )
     rows = rows_of(run)
     assert [x["step"] for x in rows] == [0, 1, 2, 3]
     assert (

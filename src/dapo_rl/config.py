@@ -58,7 +58,9 @@ class ReasoningGymConfig:
     size: int = 20000
     """Number of generated problems."""
     seed: int = 0
-    """Generator seed; training, validation and the supervised warm-up use different seeds (held-out problems)."""
+    """Generator seed. reasoning-gym generates item i from seed + i, so two sets whose ranges [seed, seed + size)
+    overlap share those problems: training (0), validation (1,000,000) and the supervised warm-up (1,000) use
+    disjoint ranges; small tasks still repeat problems across ranges (`data.val_exclude_train_prompts`)."""
     params: dict[str, Any] = field(default_factory=dict)
     """Task parameters passed to `create_dataset`, e.g. `{min_terms: 2, max_terms: 3}`."""
     strip_instruction: bool = False
@@ -78,9 +80,10 @@ class DataConfig:
     train_reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
     """reasoning-gym training task, used when `train_files` is empty."""
     val_reasoning_gym: ReasoningGymConfig = field(
-        default_factory=lambda: ReasoningGymConfig(size=1000, seed=1)
+        default_factory=lambda: ReasoningGymConfig(size=1000, seed=1_000_000)
     )
-    """reasoning-gym validation task (held out: another seed), used when `val_files` is empty."""
+    """reasoning-gym validation task (held out: a seed range disjoint from the training one), used when `val_files`
+    is empty."""
     prompt_template: str = "none"
     """`none`: prompts as given. `dapo`: wrap a bare problem in DAPO's "Answer:" template (prompts already wrapped
     are detected and left alone). `boxed`: ask for a \\boxed{} answer. `answer`: one short line asking for a last
@@ -100,8 +103,9 @@ class DataConfig:
     """Use only the first N validation prompts of each validation set (-1: all); counted after
     `val_exclude_train_prompts`."""
     val_exclude_train_prompts: bool = False
-    """Leave out validation prompts whose rendered prompt is also a training prompt (token for token), and log how
-    many: small procedural tasks (two-term sums) repeat their problems across generator seeds."""
+    """Leave out validation prompts whose rendered prompt is also a training prompt (token for token; with
+    `model.path=embedded` the supervised warm-up's problems count as training prompts too). Small procedural tasks
+    repeat problems across seeds (two- and three-term sums). Either way the trainer logs how many there are."""
     skip_invalid: bool = False
     """Malformed rows (no ground truth, a prompt that is not text or chat messages, wrong types, a line that is not
     UTF-8 JSON) stop the run with an error naming file, row and field; `true` skips them, counts them in

@@ -346,6 +346,10 @@ class Trainer:
         else:
             self.val_data = [self._reasoning_gym(d.val_reasoning_gym)]
         seen = {tuple(ids) for ids in self.train_data.prompt_ids}
+        if (
+            self.cfg.model.path == "embedded"
+        ):  # the warm-up's problems were trained on too (with their answers)
+            seen |= {tuple(ids) for ids in self._reasoning_gym(self.cfg.sft.task, template=False).prompt_ids}
         for ds in self.val_data:
             total = len(ds)
             if d.val_exclude_train_prompts:
@@ -356,7 +360,9 @@ class Trainer:
                 what = "kept (data.val_exclude_train_prompts=true leaves them out)"
             if also:
                 self.log(
-                    f"data: {also} of {total} validation prompts of {ds.name} are also training prompts; {what}"
+                    f"data: {also} of {total} validation prompts of {ds.name} are also training prompts"
+                    + (" (RL or the embedded warm-up)" if self.cfg.model.path == "embedded" else "")
+                    + f"; {what}"
                 )
         if d.val_max_samples > 0:
             for ds in self.val_data:
@@ -384,9 +390,9 @@ class Trainer:
         # replicated on every rank: each takes its share of every round
         self.sampler = EpochSampler(len(self.train_data), seed=self.cfg.trainer.seed, shuffle=d.shuffle)
 
-    def _reasoning_gym(self, rg) -> PromptDataset:
+    def _reasoning_gym(self, rg, template: bool = True) -> PromptDataset:
         samples = reasoning_gym_samples(rg.task, rg.size, rg.seed, dict(rg.params), rg.strip_instruction)
-        for s in samples:
+        for s in samples if template else ():
             s.prompt = apply_prompt_template(s.prompt, self.cfg.data.prompt_template)
         return PromptDataset(samples, self.tokenizer, self.cfg.data.max_prompt_length, rg.task)
 
