@@ -172,3 +172,19 @@ def test_plans_a_vllm_recipe_where_vllm_is_absent(monkeypatch, capsys):
         and "vLLM is not installed; pip install vllm" in out
         and "planned as written" in out
     )
+
+
+def test_smollm2_alias_plans_from_its_published_shape_before_conversion(monkeypatch, tmp_path):
+    from transformers import LlamaConfig
+
+    from dapo_rl.plan import SMOLLM2_135M_SHAPE
+
+    monkeypatch.setenv("DAPO_RL_CACHE", str(tmp_path))  # nothing converted here: no download for a plan
+    plan = plan_recipe(load_config("smollm2_chain_sum"))
+    assert plan["model"]["num_params"] == 134_515_008  # 30 x 3,540,096 + 49,152 x 576 + 576, by hand
+    assert "not converted yet" in plan["model"]["source"]
+    fields = {k: v for k, v in SMOLLM2_135M_SHAPE.items() if k != "name"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(LlamaConfig(**fields))
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert not any(tmp_path.iterdir())

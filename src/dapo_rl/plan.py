@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from dapo_rl.config import DEFAULT_RECIPE, Config, ConfigError, load_config
+from dapo_rl.models.smollm2 import ALIAS as SMOLLM2_ALIAS
+from dapo_rl.models.smollm2 import smollm2_dir
 
 GIB = 2**30
 """Bytes in a GiB; memory is printed in GiB."""
@@ -94,6 +96,21 @@ QWEN25_SHAPES: dict[str, dict[str, Any]] = {
     },
 }
 """`model.size_hint` -> Qwen2.5 config.json fields (plus a display `name`)."""
+
+SMOLLM2_135M_SHAPE: dict[str, Any] = {
+    "name": "SmolLM2-135M-Instruct",
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "max_position_embeddings": 8192,
+}
+"""`model.path=smollm2-135m-instruct` before its checkpoint is converted: the config.json fields of the GGUF file's
+model (Llama architecture, 134,515,008 parameters)."""
 # Qwen2.5-Math-7B: the 7B shape with a 4,096-token context
 QWEN25_SHAPES["7b-math"] = {**QWEN25_SHAPES["7b"], "name": "Qwen2.5-Math-7B", "max_position_embeddings": 4096}
 
@@ -108,18 +125,20 @@ def qwen2_param_counts(shape: dict[str, Any]) -> dict[str, int]:
 
     Per decoder layer: q (h x h + h bias), k and v (h x kv + kv bias each, kv = num_key_value_heads x head_dim,
     head_dim = h / num_attention_heads), o (h x h), gate/up/down (3 x h x i), two RMSNorms (2 h). Outside the layers:
-    the embedding (vocab x h), the lm_head (vocab x h unless tied) and the final norm (h).
+    the embedding (vocab x h), the lm_head (vocab x h unless tied) and the final norm (h). Llama-shaped models
+    (SmolLM2) are the same without the q/k/v biases (`attention_bias: false`).
 
     Args:
         shape: `vocab_size`, `hidden_size`, `intermediate_size`, `num_hidden_layers`, `num_attention_heads`,
-            `num_key_value_heads`, `tie_word_embeddings`.
+            `num_key_value_heads`, `tie_word_embeddings`; optional `attention_bias` (default true, Qwen2).
 
     Returns:
         `{"total", "layer" (one decoder layer), "root" (everything outside the decoder layers), "kv_dim"}`.
     """
     h, i, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
     kv = shape["num_key_value_heads"] * (h // shape["num_attention_heads"])
-    layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * i + 2 * h
+    b = 1 if shape.get("attention_bias", True) else 0
+    layer = (h * h + b * h) + 2 * (h * kv + b * kv) + h * h + 3 * h * i + 2 * h
     root = v * h * (1 if shape["tie_word_embeddings"] else 2) + h
     return {"total": layer * shape["num_hidden_layers"] + root, "layer": layer, "root": root, "kv_dim": kv}
 
@@ -207,6 +226,10 @@ def model_shape(cfg: Config) -> dict[str, Any]:
         }
         return _shape_from_table(shape, "the sft section (model.path=embedded)")
     path = Path(m.path)
+    if m.path == SMOLLM2_ALIAS:  # the converted checkpoint when it is cached; its published shape otherwise
+        if (smollm2_dir() / "config.json").is_file():
+            return _shape_from_checkpoint(smollm2_dir(), False)
+        return _shape_from_table(SMOLLM2_135M_SHAPE, f"{SMOLLM2_ALIAS}'s shape (not converted yet)")
     if (path / "config.json").is_file():
         return _shape_from_checkpoint(path, m.trust_remote_code)
     hint = m.size_hint.strip().lower()
