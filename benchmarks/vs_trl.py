@@ -208,10 +208,11 @@ def run_dapo(model: str, size: dict, steps: int, out: Path, attn: str | None = N
 
 
 def real_size() -> str:
-    """`smollm2` when its extra (the gguf reader) is installed, else `110m` (a random model of about its size)."""
+    """`smollm2` when its extra (gguf and accelerate, which transformers needs to read the file) is installed, else
+    `110m` (a random model of about its size)."""
     import importlib.util
 
-    return "smollm2" if importlib.util.find_spec("gguf") is not None else "110m"
+    return "smollm2" if all(importlib.util.find_spec(m) for m in ("gguf", "accelerate")) else "110m"
 
 
 def param_count(model: str) -> int:

@@ -346,9 +346,8 @@ class Trainer:
         else:
             self.val_data = [self._reasoning_gym(d.val_reasoning_gym)]
         seen = {tuple(ids) for ids in self.train_data.prompt_ids}
-        if (
-            self.cfg.model.path == "embedded"
-        ):  # the warm-up's problems were trained on too (with their answers)
+        embedded = self.cfg.model.path == "embedded"
+        if embedded:  # the warm-up's problems were trained on too, with their answers
             seen |= {tuple(ids) for ids in self._reasoning_gym(self.cfg.sft.task, template=False).prompt_ids}
         for ds in self.val_data:
             total = len(ds)
@@ -361,7 +360,7 @@ class Trainer:
             if also:
                 self.log(
                     f"data: {also} of {total} validation prompts of {ds.name} are also training prompts"
-                    + (" (RL or the embedded warm-up)" if self.cfg.model.path == "embedded" else "")
+                    + (" (RL or the embedded warm-up)" if embedded else "")
                     + f"; {what}"
                 )
         if d.val_max_samples > 0:
@@ -392,8 +391,9 @@ class Trainer:
 
     def _reasoning_gym(self, rg, template: bool = True) -> PromptDataset:
         samples = reasoning_gym_samples(rg.task, rg.size, rg.seed, dict(rg.params), rg.strip_instruction)
-        for s in samples if template else ():
-            s.prompt = apply_prompt_template(s.prompt, self.cfg.data.prompt_template)
+        if template:
+            for s in samples:
+                s.prompt = apply_prompt_template(s.prompt, self.cfg.data.prompt_template)
         return PromptDataset(samples, self.tokenizer, self.cfg.data.max_prompt_length, rg.task)
 
     def _resume_from(self, ckpt: Path) -> None:
