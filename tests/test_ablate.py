@@ -44,7 +44,12 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     assert [r.name for r in load_spec("zero_waste").rows] == ["dapo", "dapo_zero_waste"]
     assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
     epochs = load_spec("zero_waste_epochs")
-    assert [r.name for r in epochs.rows] == ["grpo_512", "dapo_512", "dapo_zero_waste_512"]
+    assert [r.name for r in epochs.rows] == [
+        "grpo_512",
+        "dapo_512",
+        "dapo_zero_waste_512",
+        "dapo_zero_waste_pred_512",
+    ]
     for name in ("ladder", "loss_variants", "zero_waste", "overlong_buffer", "zero_waste_epochs"):
         check_rows(load_spec(name), [])  # every shipped row's settings load and validate
     bad = tmp_path / "bad.yaml"

@@ -1,6 +1,8 @@
 """Batch collection without a Trainer: the real tiny model through the transformers engine, a real reward pool and
 the real sampler; dynamic sampling, the training batch and its split over ranks."""
 
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -280,27 +282,62 @@ def test_skip_unsolved_and_backoff_by_hand():
 
     fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3)
     state = SamplingState()
-    state.record([(5, True), (6, False), (7, None)], fg)
+    state.record([(5, 8, 8), (6, 0, 8), (7, 4, 8)], fg)
     assert state.skip == {5: 2, 6: 3} and state.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
-    state.record([(5, True), (6, False)], fg)  # no backoff: the same skips again
+    state.record([(5, 8, 8), (6, 0, 8)], fg)  # no backoff: the same skips again
     assert state.skip == {5: 2, 6: 3} and state.streak == {5: 2, 6: 2}
     back = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True)
     state.record(
-        [(5, False), (6, None)], back
+        [(5, 0, 8), (6, 3, 8)], back
     )  # 5's third zero-variance group in a row (now all wrong): 3 * 2**2
     assert state.skip[5] == 12 and state.streak == {
         5: 3
     }  # 6 mixed: its record cleared (its pending skip stays)
-    state.record([(6, True)], back)
+    state.record([(6, 8, 8)], back)
     assert state.skip[6] == 2 and state.streak[6] == 1
     for _ in range(12):
-        state.record([(5, True)], back)
+        state.record([(5, 8, 8)], back)
     assert state.streak[5] == 15 and state.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
-    state.record([(9, False)], FilterGroupsConfig(skip_solved=2))  # skip_unsolved off: all-wrong is not noted
+    state.record([(9, 0, 8)], FilterGroupsConfig(skip_solved=2))  # skip_unsolved off: all-wrong is not noted
     assert 9 not in state.skip and 9 not in state.streak
     restored = SamplingState()
     restored.load_state_dict(state.state_dict())
     assert (restored.skip, restored.streak) == (state.skip, state.streak)
+
+
+def test_unanimous_chance_by_hand():
+    from dapo_rl.collect import unanimous_chance
+
+    # 8 of 8 right: a = 8.5, b = 0.5; E[p^8] = prod_{k<8} (8.5 + k) / (9 + k) = 0.712646, E[(1-p)^8] =
+    # prod_{k<8} (0.5 + k) / (9 + k) = 1.6e-5 (the same product with a and b swapped)
+    hi = math.prod((8.5 + k) / (9 + k) for k in range(8))
+    lo = math.prod((0.5 + k) / (9 + k) for k in range(8))
+    assert unanimous_chance(8, 8) == pytest.approx(hi + lo, rel=1e-12) == pytest.approx(0.71266, abs=1e-5)
+    assert unanimous_chance(0, 8) == pytest.approx(unanimous_chance(8, 8), rel=1e-12)  # symmetric
+    # 4 of 8: a = b = 4.5; 2 * prod_{k<8} (4.5 + k) / (9 + k)
+    assert unanimous_chance(4, 8) == pytest.approx(
+        2 * math.prod((4.5 + k) / (9 + k) for k in range(8)), rel=1e-12
+    )
+    assert unanimous_chance(1, 2, next_n=1) == pytest.approx(
+        1.0, abs=1e-12
+    )  # one response is always "unanimous"
+    assert unanimous_chance(4, 8) < unanimous_chance(2, 8) < unanimous_chance(1, 8) < unanimous_chance(0, 8)
+    with pytest.raises(ValueError, match="9 correct of 8"):
+        unanimous_chance(9, 8)
+
+
+def test_skip_predicted_skips_kept_groups_by_hand():
+    from dapo_rl.collect import SamplingState
+    from dapo_rl.config import FilterGroupsConfig
+
+    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True, skip_predicted=0.3)
+    state = SamplingState()
+    state.streak = {1: 2}
+    # 7/8 right: chance 0.345 >= 0.3, mostly right -> skip_solved; 1/8: -> skip_unsolved; 2/8 (0.156) and 4/8: kept
+    state.record([(1, 7, 8), (2, 1, 8), (3, 2, 8), (4, 4, 8)], fg)
+    assert state.skip == {1: 2, 2: 3} and state.streak == {}  # a kept group clears the record, no backoff
+    state.record([(5, 7, 8)], FilterGroupsConfig(skip_unsolved=3, skip_predicted=0.3))  # skip_solved off
+    assert 5 not in state.skip
 
 
 def test_skip_unsolved_in_collect_batch(parts):

@@ -320,7 +320,8 @@ class SamplingState:
         carry: kept groups beyond the last batch (`carry_surplus`), trained on next step or dropped.
         kept_rate: running share of sampled prompts whose group was kept (`adaptive_gen_batch`); None before the
             first round.
-        skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`).
+        skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`,
+            `skip_predicted`).
         streak: prompt index -> its groups in a row that were all correct or all wrong (`skip_backoff`).
     """
 
@@ -343,22 +344,53 @@ class SamplingState:
         self.skip = {int(k): int(v) for k, v in (state.get("skip") or {}).items()}
         self.streak = {int(k): int(v) for k, v in (state.get("streak") or {}).items()}
 
-    def record(self, outcomes: list[tuple[int, bool | None]], fg: FilterGroupsConfig) -> None:
+    def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig) -> None:
         """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
-        `skip_unsolved`, `skip_backoff`).
+        `skip_unsolved`, `skip_backoff`, `skip_predicted`).
 
         Args:
-            outcomes: `(prompt index, True: all correct / False: all wrong / None: mixed)`, in sampling order.
+            outcomes: `(prompt index, correct responses, responses)` per sampled group, in sampling order.
             fg: the skip settings.
         """
-        for i, solved in outcomes:
-            base = 0 if solved is None else fg.skip_solved if solved else fg.skip_unsolved
+        for i, correct, n in outcomes:
+            solved = True if correct == n else False if correct == 0 else None
+            if (
+                solved is None
+            ):  # kept: its record is cleared, and it may be skipped if its next group looks empty
+                self.streak.pop(i, None)
+                if fg.skip_predicted > 0 and unanimous_chance(correct, n) >= fg.skip_predicted:
+                    base = fg.skip_solved if 2 * correct > n else fg.skip_unsolved
+                    if base > 0:
+                        self.skip[i] = base
+                continue
+            base = fg.skip_solved if solved else fg.skip_unsolved
             if base == 0:
                 self.streak.pop(i, None)
                 continue
             run = self.streak.get(i, 0) + 1
             self.streak[i] = run
             self.skip[i] = base * min(2 ** (run - 1), SKIP_BACKOFF_CAP) if fg.skip_backoff else base
+
+
+def unanimous_chance(correct: int, n: int, next_n: int | None = None) -> float:
+    """Chance that a prompt's next group of `next_n` responses (default `n`) is all correct or all wrong, after a
+    group in which `correct` of `n` were right: E[p^m + (1 - p)^m] with the pass rate p ~ Beta(correct + 1/2,
+    n - correct + 1/2) (Jeffreys prior), E[p^m] = B(a + m, b) / B(a, b). The `skip_predicted` test.
+
+    Example (n = m = 8): 0 or 8 right -> 0.713, 1 or 7 -> 0.345, 2 or 6 -> 0.156, 3 or 5 -> 0.070, 4 -> 0.045.
+
+    Raises:
+        ValueError: `correct` outside [0, n] or `n` < 1.
+    """
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"{correct} correct of {n} responses: need 0 <= correct <= n and n >= 1")
+    m = n if next_n is None else next_n
+    a, b = correct + 0.5, n - correct + 0.5
+
+    def moment(x: float, y: float) -> float:  # E[q^m] for q ~ Beta(x, y)
+        return math.exp(math.lgamma(x + m) + math.lgamma(x + y) - math.lgamma(x) - math.lgamma(x + y + m))
+
+    return moment(a, b) + moment(b, a)
 
 
 SKIP_BACKOFF_CAP = 64
@@ -434,7 +466,8 @@ def collect_batch(
     Zero-waste options (`algorithm.filter_groups`, state in `state`): `carry_surplus` puts the kept groups beyond
     the batch first into the next step's batch (key `(0, i)`; a carried group not used then is dropped);
     `skip_solved` / `skip_unsolved` pass over prompts whose last group was all correct / all wrong (`skip_backoff`:
-    longer after each such group in a row); `adaptive_gen_batch` sizes each round from
+    longer after each such group in a row; `skip_predicted`: also after a kept group whose next one likely has no
+    signal); `adaptive_gen_batch` sizes each round from
     the running kept-rate (`round_size`).
 
     Args:
@@ -517,7 +550,10 @@ def collect_batch(
         else:
             kept.extend(groups)
         if fg.enable and (fg.skip_solved > 0 or fg.skip_unsolved > 0):
-            outcomes = [(g.rollouts[0].problem_idx, _all_same_acc(g)) for g in groups]
+            outcomes = [
+                (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
+                for g in groups
+            ]
             state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg)
         round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
         if indices:
@@ -564,12 +600,6 @@ def collect_batch(
     if state.kept_rate is not None:
         stats["train/kept_rate"] = state.kept_rate
     return batch, stats | {"time/generate_s": generate_s}
-
-
-def _all_same_acc(group: PromptGroup) -> bool | None:
-    """True if every response of the group is correct, False if none is, None if mixed."""
-    accs = {bool(x.acc) for x in group.rollouts}
-    return next(iter(accs)) if len(accs) == 1 else None
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:

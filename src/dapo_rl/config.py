@@ -148,6 +148,11 @@ class FilterGroupsConfig:
     skip_backoff: bool = False
     """Double a prompt's skip with each further group in a row that is all correct or all wrong (1st: the skip, 2nd:
     twice it, ...; at most 64 times it); a kept group clears the prompt's record."""
+    skip_predicted: float = 0.0
+    """Skip after a kept group too when the prompt's next group is likely to carry no signal: the chance that it
+    comes out all correct or all wrong (`dapo_rl.collect.unanimous_chance`: c of n right, Beta(c + 1/2, n - c + 1/2)
+    posterior of the pass rate; n = 8: 0.35 at 1 or 7 right, 0.16 at 2 or 6, 0.045 at 4) is at least this. The
+    prompt is then skipped `skip_solved` draws if most answers were right, else `skip_unsolved` (no backoff); 0: off."""
     adaptive_gen_batch: bool = False
     """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
     what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
@@ -822,6 +827,11 @@ def validate_config(cfg: Config) -> None:
     ):
         if val < 0:
             raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
+    if not 0.0 <= a.filter_groups.skip_predicted < 1.0:
+        raise ConfigError(
+            f"algorithm.filter_groups.skip_predicted={a.filter_groups.skip_predicted} must be in [0, 1) (a chance; "
+            "0: off)"
+        )
     if a.adv_estimator == "grpo" and r.n < 2:
         raise ConfigError(
             f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
