@@ -354,9 +354,8 @@ class SamplingState:
         """
         for i, correct, n in outcomes:
             solved = True if correct == n else False if correct == 0 else None
-            if (
-                solved is None
-            ):  # kept: its record is cleared, and it may be skipped if its next group looks empty
+            # a kept group clears the prompt's record; its next group may still look likely to carry no signal
+            if solved is None:
                 self.streak.pop(i, None)
                 if fg.skip_predicted > 0 and unanimous_chance(correct, n) >= fg.skip_predicted:
                     base = fg.skip_solved if 2 * correct > n else fg.skip_unsolved
