@@ -832,6 +832,13 @@ def validate_config(cfg: Config) -> None:
             f"algorithm.filter_groups.skip_predicted={a.filter_groups.skip_predicted} must be in [0, 1) (a chance; "
             "0: off)"
         )
+    if a.filter_groups.skip_predicted > 0 and not (
+        a.filter_groups.skip_solved or a.filter_groups.skip_unsolved
+    ):
+        raise ConfigError(
+            "algorithm.filter_groups.skip_predicted needs skip_solved or skip_unsolved > 0: those say how many draws "
+            "a prompt is skipped"
+        )
     if a.adv_estimator == "grpo" and r.n < 2:
         raise ConfigError(
             f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
