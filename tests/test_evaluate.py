@@ -106,7 +106,14 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
         "--output",
         str(out),
     ]
+    # --limit: the first 2 problems only; the full run into the same output then adds the other 3
+    assert main([*argv, "--limit", "2"]) == 0
+    first = (out / "generations.jsonl").read_text().splitlines()
+    assert len(first) == 6 and {json.loads(x)["problem_idx"] for x in first} == {0, 1}
+    assert json.loads((out / "summary.json").read_text())["mini"]["num_problems"] == 2
+    assert "limit 2" in (out / "report.md").read_text()
     assert main(argv) == 0
+    assert (out / "generations.jsonl").read_text().splitlines()[:6] == first
     gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len(gens) == 15 and {g["problem_idx"] for g in gens} == set(range(5))
     summary = json.loads((out / "summary.json").read_text())["mini"]
@@ -129,6 +136,11 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     # other settings into the same output are refused
     assert main([*argv[:-2], "--temperature", "0.5", "--output", str(out)]) == 2
     assert "other settings (temperature)" in capsys.readouterr().err
+    # a later --limit reads back only its problems, not the ones finished before
+    assert main([*argv, "--limit", "1"]) == 0
+    assert json.loads((out / "summary.json").read_text())["mini"]["num_problems"] == 1
+    assert main([*argv, "--limit", "0"]) == 2
+    assert "--limit=0 must be >= 1" in capsys.readouterr().err
 
 
 def test_a_problem_answer_parquet_is_read_too(tmp_path):

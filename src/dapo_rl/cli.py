@@ -86,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--data", action="append", required=True, help="evaluation file (repeat for several)")
     ev.add_argument("--n", type=int, default=1, help="samples per problem (k of avg@k)")
+    ev.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="only the first LIMIT problems of each file (a quick look; rerun without it into the same "
+        "--output to finish the rest)",
+    )
     ev.add_argument("--temperature", type=float, default=1.0)
     ev.add_argument("--top-p", type=float, default=1.0)
     ev.add_argument("--top-k", type=int, default=-1)
@@ -515,6 +522,8 @@ def _eval(args) -> int:
     t0 = time.perf_counter()
     if args.n < 1 or args.max_tokens < 1:
         raise ConfigError("--n and --max-tokens must be >= 1")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit={args.limit} must be >= 1")
     served = args.engine == "openai"
     if served and not args.base_url:
         raise ConfigError(
@@ -530,6 +539,9 @@ def _eval(args) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     sets = [load_eval_set(f, args.template) for f in args.data]  # bad files fail before the model loads
+    if args.limit is not None:  # problems, not rows: a file repeating each problem k times keeps whole problems
+        for s in sets:
+            s.samples = s.samples[: args.limit]
     stems = [s.name for s in sets]
     for s, f in zip(sets, args.data):
         if stems.count(s.name) > 1:  # aime24/test.jsonl and aime25/test.jsonl
@@ -594,7 +606,9 @@ def _eval(args) -> int:
                 if served
                 else PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
             )
-            done = {p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n}
+            done = {  # problems past --limit, finished by an earlier run, stay out of this summary
+                p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)
+            }
             bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
             records = evaluate_dataset(
                 engine, ds, params, Scorer(tok, pool), done=done, on_records=append, progress=bar.update
@@ -607,7 +621,9 @@ def _eval(args) -> int:
             summary[es.name] = m
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "report.md").write_text(
-        format_markdown(summary, settings | {"engine": args.engine}, time.perf_counter() - t0)
+        format_markdown(
+            summary, settings | {"engine": args.engine} | ({"limit": args.limit} if args.limit else {}), time.perf_counter() - t0
+        )
     )
     print(format_table(summary))
     print(f"dapo eval: {gen_path}, {out / 'summary.json'}, {out / 'report.md'}")
