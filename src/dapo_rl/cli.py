@@ -539,7 +539,8 @@ def _eval(args) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     sets = [load_eval_set(f, args.template) for f in args.data]  # bad files fail before the model loads
-    if args.limit is not None:  # problems, not rows: a file repeating each problem k times keeps whole problems
+    # --limit counts problems, not rows: a file repeating each problem k times keeps whole problems
+    if args.limit is not None:
         for s in sets:
             s.samples = s.samples[: args.limit]
     stems = [s.name for s in sets]
@@ -622,7 +623,9 @@ def _eval(args) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "report.md").write_text(
         format_markdown(
-            summary, settings | {"engine": args.engine} | ({"limit": args.limit} if args.limit else {}), time.perf_counter() - t0
+            summary,
+            settings | {"engine": args.engine} | ({"limit": args.limit} if args.limit else {}),
+            time.perf_counter() - t0,
         )
     )
     print(format_table(summary))
