@@ -112,7 +112,9 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     assert len(first) == 6 and {json.loads(x)["problem_idx"] for x in first} == {0, 1}
     assert json.loads((out / "summary.json").read_text())["mini"]["num_problems"] == 2
     assert "limit 2" in (out / "report.md").read_text()
+    capsys.readouterr()
     assert main(argv) == 0
+    assert "mini: 2 of 5 problems already in" in capsys.readouterr().err
     assert (out / "generations.jsonl").read_text().splitlines()[:6] == first
     gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len(gens) == 15 and {g["problem_idx"] for g in gens} == set(range(5))
@@ -130,8 +132,10 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
         == "| dataset | problems | avg@3 | pass@3 | maj@3 | mean length | truncated | dropped prompts |"
     )
     assert report[6].startswith(f"| mini | 5 | {summary['avg@3']:.4f} ± {summary['avg@3_stderr']:.4f} | ")
-    # a rerun skips finished problems: nothing is generated again
+    # a rerun skips finished problems: nothing is generated again, and it says so
+    capsys.readouterr()
     assert main(argv) == 0
+    assert "mini: 5 of 5 problems already in" in capsys.readouterr().err
     assert len((out / "generations.jsonl").read_text().splitlines()) == 15
     # other settings into the same output are refused
     assert main([*argv[:-2], "--temperature", "0.5", "--output", str(out)]) == 2

@@ -610,6 +610,16 @@ def _eval(args) -> int:
             done = {  # problems past --limit, finished by an earlier run, stay out of this summary
                 p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)
             }
+            if done:
+                print(
+                    f"dapo eval: {es.name}: {len(done)} of {len(ds)} problems already in {gen_path}; "
+                    + (
+                        f"sampling the other {len(ds) - len(done)}"
+                        if len(done) < len(ds)
+                        else "nothing to sample"
+                    ),
+                    file=sys.stderr,
+                )
             bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
             records = evaluate_dataset(
                 engine, ds, params, Scorer(tok, pool), done=done, on_records=append, progress=bar.update
