@@ -152,7 +152,10 @@ class FilterGroupsConfig:
     """Skip after a kept group too when the prompt's next group is likely to carry no signal: the chance that it
     comes out all correct or all wrong (`dapo_rl.collect.unanimous_chance`: c of n right, Beta(c + 1/2, n - c + 1/2)
     posterior of the pass rate; n = 8: 0.35 at 1 or 7 right, 0.16 at 2 or 6, 0.045 at 4) is at least this. The
-    prompt is then skipped `skip_solved` draws if most answers were right, else `skip_unsolved` (no backoff); 0: off."""
+    prompt is then skipped `skip_solved` draws if most answers were right, else `skip_unsolved` (no backoff); 0: off.
+    Measured (`dapo ablate zero_waste_epochs`, 512 prompts, 3 seeds, 0.3): 65% more draws skipped, but the same
+    waste (41.3% against 41.1%) and held-out accuracy within the seeds' spread: on a small pool a skipped prompt
+    comes back sooner the more prompts are skipped (README, "When prompts come back")."""
     adaptive_gen_batch: bool = False
     """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
     what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
