@@ -205,7 +205,7 @@ def test_converted_files_run_through_dapo_train_and_dapo_eval(base_model, tmp_pa
         str(tmp_path / "ev"),
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((tmp_path / "ev" / "summary.json").read_text())["val"]["num_problems"] == 16
+    assert json.loads((tmp_path / "ev" / "summary.json").read_text())["gsm_val"]["num_problems"] == 16
     run = tmp_path / "run"
     r = dapo(
         "train",

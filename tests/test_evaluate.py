@@ -147,6 +147,20 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     assert "--limit=0 must be >= 1" in capsys.readouterr().err
 
 
+def test_dapo_eval_names_a_split_file_by_its_folder(tmp_path):
+    model_dir = tmp_path / "model"
+    build_tiny_model().save_pretrained(model_dir)
+    build_tiny_tokenizer().save_pretrained(model_dir)
+    (tmp_path / "sums").mkdir()
+    data = tmp_path / "sums" / "test.jsonl"
+    data.write_text(json.dumps({"problem": "1 + 1 =", "answer": "2"}) + "\n")
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(model_dir), "--data", str(data), "--max-tokens", "4", "--output", str(out)]
+    assert main(argv) == 0
+    assert list(json.loads((out / "summary.json").read_text())) == ["sums_test"]
+    assert json.loads((out / "generations.jsonl").read_text())["dataset"] == "sums_test"
+
+
 def test_a_problem_answer_parquet_is_read_too(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

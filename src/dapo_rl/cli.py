@@ -496,6 +496,10 @@ def _local_engine(args, rollout, model_path: str):
     return tok, engine
 
 
+SPLIT_NAMES = ("test", "train", "validation", "valid", "val", "dev")
+"""File stems that name a split, not a dataset: `dapo eval` puts the folder's name in front (`gsm8k_test`)."""
+
+
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
     import json
@@ -545,7 +549,8 @@ def _eval(args) -> int:
             s.samples = s.samples[: args.limit]
     stems = [s.name for s in sets]
     for s, f in zip(sets, args.data):
-        if stems.count(s.name) > 1:  # aime24/test.jsonl and aime25/test.jsonl
+        # aime24/test.jsonl and aime25/test.jsonl; gsm8k/test.jsonl alone is gsm8k_test too (a split says too little)
+        if stems.count(s.name) > 1 or s.name in SPLIT_NAMES:
             s.name = f"{Path(f).parent.name}_{s.name}"
     out = Path(args.output)
     settings = {
