@@ -84,10 +84,16 @@ def test_shared_formats_are_detected():
     assert load_eval_set(DATA / "aime24" / "test.jsonl").samples[0].ground_truth == "204"
 
 
-def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, capsys):
-    model_dir = tmp_path / "model"
-    build_tiny_model().save_pretrained(model_dir)
-    build_tiny_tokenizer().save_pretrained(model_dir)
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A randomly initialised tiny checkpoint for `dapo eval`, written once for this module."""
+    path = tmp_path_factory.mktemp("model")
+    build_tiny_model().save_pretrained(path)
+    build_tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tmp_path, capsys):
     data = tmp_path / "mini.jsonl"
     data.write_text(
         "".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(5))
@@ -147,10 +153,7 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(tmp_path, cap
     assert "--limit=0 must be >= 1" in capsys.readouterr().err
 
 
-def test_dapo_eval_names_a_split_file_by_its_folder(tmp_path):
-    model_dir = tmp_path / "model"
-    build_tiny_model().save_pretrained(model_dir)
-    build_tiny_tokenizer().save_pretrained(model_dir)
+def test_dapo_eval_names_a_split_file_by_its_folder(model_dir, tmp_path):
     (tmp_path / "sums").mkdir()
     data = tmp_path / "sums" / "test.jsonl"
     data.write_text(json.dumps({"problem": "1 + 1 =", "answer": "2"}) + "\n")
