@@ -1,6 +1,7 @@
 """Evaluation: the unbiased pass@k estimator, majority votes with ties, the shared file formats, `dapo eval`."""
 
 import json
+import shutil
 from math import comb
 from pathlib import Path
 
@@ -94,6 +95,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tmp_path, capsys):
+    model_dir = Path(shutil.copytree(model_dir, tmp_path / "model"))  # its weights go away below
     data = tmp_path / "mini.jsonl"
     data.write_text(
         "".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(5))
@@ -138,7 +140,9 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tm
         == "| dataset | problems | avg@3 | pass@3 | maj@3 | mean length | truncated | dropped prompts |"
     )
     assert report[6].startswith(f"| mini | 5 | {summary['avg@3']:.4f} ± {summary['avg@3_stderr']:.4f} | ")
-    # a rerun skips finished problems: nothing is generated again, and it says so
+    # a rerun skips finished problems: nothing is generated again, and it says so; with nothing to sample it does
+    # not load the model (its weights are gone, and it still finishes)
+    (model_dir / "model.safetensors").unlink()
     capsys.readouterr()
     assert main(argv) == 0
     assert "mini: 5 of 5 problems already in" in capsys.readouterr().err

@@ -467,12 +467,11 @@ def _read_score_rows(args) -> list[tuple]:
     return items
 
 
-def _local_engine(args, rollout, model_path: str):
-    """`dapo eval`'s tokenizer and engine for a local checkpoint (`--engine hf|vllm`); fills in
-    `args.max_prompt_length` from the model's context when not given."""
+def _local_tokenizer(args, model_path: str):
+    """`dapo eval`'s tokenizer for a local checkpoint (`--engine hf|vllm`); fills in `args.max_prompt_length` from
+    the model's context when not given. Raises ConfigError when the lengths do not fit that context."""
     from dapo_rl.actor import load_tokenizer, model_context_length
     from dapo_rl.config import ConfigError
-    from dapo_rl.rollout import build_engine
 
     tok = load_tokenizer(model_path, setting="--model")
     ctx = model_context_length(model_path)
@@ -487,13 +486,20 @@ def _local_engine(args, rollout, model_path: str):
             f"--max-prompt-length={args.max_prompt_length} + --max-tokens={args.max_tokens} exceeds the model's context "
             f"(max_position_embeddings={ctx}); lower one of them"
         )
-    try:  # loads the weights: a bad checkpoint fails before anything is written
-        engine = build_engine(
+    return tok
+
+
+def _local_engine(args, rollout, model_path: str, tok):
+    """`dapo eval`'s rollout engine for a local checkpoint (after `_local_tokenizer`); loads the weights."""
+    from dapo_rl.config import ConfigError
+    from dapo_rl.rollout import build_engine
+
+    try:
+        return build_engine(
             rollout, model_path, tok, max_model_len=args.max_prompt_length + args.max_tokens, seed=args.seed
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    return tok, engine
 
 
 SPLIT_NAMES = ("test", "train", "validation", "valid", "val", "dev")
@@ -581,9 +587,7 @@ def _eval(args) -> int:
             from dapo_rl.sft import ensure_embedded_model
 
             model_path = str(ensure_embedded_model(load_config().sft))
-        tok, engine = _local_engine(args, rollout, model_path)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(json.dumps(settings, indent=2))
+        tok = _local_tokenizer(args, model_path)
     gen_path = out / "generations.jsonl"
     existing: dict[str, dict[int, list[Rollout]]] = {}
     if gen_path.exists():
@@ -591,6 +595,27 @@ def _eval(args) -> int:
             existing.setdefault(r["dataset"], {}).setdefault(r["problem_idx"], []).append(
                 Rollout.from_record(r)
             )
+    todo = []  # (eval set, dataset, problems already done)
+    for es in sets:
+        ds = (
+            ChatPrompts(es.samples, es.name)
+            if served
+            else PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
+        )
+        done = {  # problems past --limit, finished by an earlier run, stay out of this summary
+            p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)
+        }
+        todo.append((es, ds, done))
+    if (
+        not served
+    ):  # loads the weights (a bad checkpoint fails before anything is written); not when all is done
+        engine = (
+            _local_engine(args, rollout, model_path, tok)
+            if any(len(d) < len(ds) for _, ds, d in todo)
+            else None
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(json.dumps(settings, indent=2))
     params = SamplingParams(
         n=args.n,
         temperature=args.temperature,
@@ -606,15 +631,7 @@ def _eval(args) -> int:
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
             fh.flush()
 
-        for es in sets:
-            ds = (
-                ChatPrompts(es.samples, es.name)
-                if served
-                else PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
-            )
-            done = {  # problems past --limit, finished by an earlier run, stay out of this summary
-                p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)
-            }
+        for es, ds, done in todo:
             if done:
                 print(
                     f"dapo eval: {es.name}: {len(done)} of {len(ds)} problems already in {gen_path}; "
