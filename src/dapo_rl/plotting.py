@@ -48,7 +48,7 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
         pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    fig, axes = plt.subplots(3, 2, figsize=(11, 11))
+    fig, axes = plt.subplots(3, 2, figsize=(11, 11), sharex=True)
     ax = axes[0, 0]
     ax.plot(*series("train/reward_mean"), label="reward (shaped score)")
     ax.plot(*series("train/acc_mean"), label="accuracy")
@@ -85,13 +85,15 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
         ax.legend()
     starts = stage_starts(rows)
     for a in axes.flat:
-        a.set_xlabel("step")
+        _step_axis(a)
         a.grid(alpha=0.3)
         for step, stage in starts:
             a.axvline(step - 0.5, color="gray", linestyle="--", alpha=0.6)
             a.text(
                 step - 0.5, 1.0, f" stage {stage}", transform=a.get_xaxis_transform(), fontsize=7, va="top"
             )
+    for a in axes[:-1].flat:  # one x axis for all panels: labelled once, at the bottom
+        a.set_xlabel("")
     return _save(fig, out_path)
 
 
@@ -174,15 +176,20 @@ def plot_comparison(run_dirs: list[str | Path], out_path: str | Path, x: str = "
         if not (d / "metrics.jsonl").is_file():
             raise ValueError(f"{d}: no metrics.jsonl (is it a run directory?)")
     series = comparison_series([read_metrics(d / "metrics.jsonl") for d in dirs], run_labels(dirs), x)
-    fig, axes = plt.subplots(3, 2, figsize=(12, 11))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 11), sharex=True)
     for (key, title), ax in zip(COMPARE_PANELS, axes.flat):
         for name, xs, ys in series[key]:
             ax.plot(xs, ys, marker="o" if key.startswith("val/") else None, markersize=3, label=name)
         ax.set_title(title)
-        ax.set_xlabel("step" if x == "step" else "sampled responses")
+        if x == "step":
+            _step_axis(ax)
+        else:
+            ax.set_xlabel("sampled responses")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
     return _save(fig, out_path)
 
 
@@ -207,9 +214,17 @@ def plot_sft(metrics_path: str | Path, out_path: str | Path) -> Path:
         pts = [(r["step"], r[key]) for r in rows if key in r]
         ax.plot([p[0] for p in pts], [p[1] for p in pts])
         ax.set_title(title)
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.grid(alpha=0.3)
     return _save(fig, out_path)
+
+
+def _step_axis(ax) -> None:
+    """Label an x axis of steps, ticks on whole steps only (a 2-step run would otherwise read 0.25, 0.5, ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _save(fig, out_path: str | Path) -> Path:
