@@ -131,6 +131,21 @@ def test_bad_config_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and "model.path" in r.stderr and "no such directory" in r.stderr
 
 
+def test_bad_data_fails_before_the_embedded_warm_up(tmp_path):
+    # an empty cache: the embedded model would take minutes to warm up; the data is checked first
+    cache = tmp_path / "cache"
+    r = dapo(
+        "train",
+        f"trainer.output_dir={tmp_path / 'run'}",
+        "data.val_reasoning_gym.seed=0",  # the training set's seed: every validation problem is a training one
+        "data.val_reasoning_gym.size=50",
+        env_extra={"DAPO_RL_CACHE": str(cache)},
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "dataset chain_sum: all 50 prompts are also training prompts" in r.stderr
+    assert not list(cache.rglob("*.safetensors"))  # no warm-up ran
+
+
 def _without_eos(base_model: Path, tmp_path: Path) -> Path:
     import json
     import shutil
