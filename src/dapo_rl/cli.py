@@ -606,14 +606,10 @@ def _eval(args) -> int:
             p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)
         }
         todo.append((es, ds, done))
-    if (
-        not served
-    ):  # loads the weights (a bad checkpoint fails before anything is written); not when all is done
-        engine = (
-            _local_engine(args, rollout, model_path, tok)
-            if any(len(d) < len(ds) for _, ds, d in todo)
-            else None
-        )
+    # a local engine loads the weights (a bad checkpoint fails before anything is written); none when all is done
+    if not served:
+        to_sample = any(len(d) < len(ds) for _, ds, d in todo)
+        engine = _local_engine(args, rollout, model_path, tok) if to_sample else None
     out.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(settings, indent=2))
     params = SamplingParams(

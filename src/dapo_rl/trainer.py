@@ -118,15 +118,15 @@ class Trainer:
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         seed_everything(cfg.trainer.seed + ctx.rank)
-        warm_up_first = ckpt is None and cfg.model.path == "embedded"
-        if warm_up_first:  # its byte-level tokenizer needs no model: bad data fails before minutes of warm-up
+        data_first = ckpt is None and cfg.model.path == "embedded"
+        if data_first:  # its byte-level tokenizer needs no model: bad data fails before minutes of warm-up
             from dapo_rl.models.tiny import build_tiny_tokenizer
 
             self.tokenizer = build_tiny_tokenizer()
             self._setup_data()
         load_path = str(ckpt / "model") if ckpt is not None else self._base_model_path()
         self._setup_tokenizer(load_path)
-        if not warm_up_first:
+        if not data_first:
             self._setup_data()
         autocast, reason = choose_autocast_dtype(cfg.actor.autocast_dtype, ctx.device)
         # every rank must compute alike: bf16 only if it is the choice everywhere
