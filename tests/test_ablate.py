@@ -40,6 +40,7 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         "dapo",
     ]
     assert ladder.reference == "grpo" and ladder.budget_samples == 40960
+    assert ladder.thresholds == [0.15, 0.17]
     assert [r.name for r in load_spec("loss_variants").rows] == ["dapo", "dr_grpo", "gspo", "cispo"]
     assert [r.name for r in load_spec("zero_waste").rows] == ["dapo", "dapo_zero_waste"]
     assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
@@ -55,6 +56,9 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
     with pytest.raises(ConfigError, match="duplicate row names"):
+        load_spec(str(bad))
+    bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nthresholds: [15]\nrows:\n  - name: a\n")
+    with pytest.raises(ConfigError, match=r"thresholds must be a list of accuracies in \(0, 1\], got \[15\]"):
         load_spec(str(bad))
     bad.write_text("recipe: tiny_chain_steps\nbudget: 64\nrows: []\n")
     with pytest.raises(ConfigError, match="unknown field 'budget'"):
@@ -177,3 +181,36 @@ def test_report_table_by_hand(tmp_path):
     assert "| 37.5% |" in new and "| 0.0% |" in ref  # mean of 50% and 25%
     assert "| 0.200 |" in new  # entropy over the last 10% of the budget: the step at 200 samples
     assert "| 3.0 |" in new  # wall minutes: (2 + 4) / 2
+
+
+def test_report_fixed_thresholds_by_hand(tmp_path):
+    """`thresholds` add one column each: samples to a fixed accuracy, interpolated, mean over the seeds reaching it."""
+    import json
+
+    from dapo_rl.ablate import Row, Spec, write_report
+
+    for row, seed, vals in (
+        ("ref", 0, [0.1, 0.2, 0.3]),
+        ("ref", 1, [0.1, 0.3, 0.5]),
+        ("new", 0, [0.1, 0.5, 0.5]),
+    ):
+        d = tmp_path / row / f"seed{seed}"
+        d.mkdir(parents=True)
+        lines = [{"step": 0, "val/x/acc": vals[0]}] + [
+            {"step": i, "train/gen_samples_total": 100 * i, "val/x/acc": v} for i, v in enumerate(vals[1:], 1)
+        ]
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+        (d / "DONE").write_text("{}")
+    rows = [Row("ref", "REF", []), Row("new", "NEW", []), Row("none", "NONE", [])]
+    spec = Spec(tmp_path / "s.yaml", "r", 200, 100, rows, "ref", thresholds=[0.3, 0.5])
+    table = write_report(spec, tmp_path, seeds=2).read_text().splitlines()
+    head = next(x for x in table if x.startswith("| row |"))
+    assert "| samples to ref (share of budget) | samples to 0.3 | samples to 0.5 | entropy |" in head
+    ref = next(x for x in table if x.startswith("| ref |"))
+    new = next(x for x in table if x.startswith("| new |"))
+    none = next(x for x in table if x.startswith("| none |"))
+    # 0.3: ref seed 0 at 200, seed 1 at 100 -> 150; 0.5: only seed 1, at 200
+    assert "| 150 (75%; 2/2 seeds) | 200 (100%; 1/2 seeds) |" in ref
+    # new seed 0: 0.1 -> 0.5 over the first 100 samples: 0.3 at 50, 0.5 at 100
+    assert "| 50 (25%; 1/1 seeds) | 100 (50%; 1/1 seeds) |" in new
+    assert none.count("|") == head.count("|")  # a row with no finished run keeps the columns aligned

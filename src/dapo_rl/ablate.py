@@ -10,7 +10,8 @@ number of steps, because dynamic sampling samples several rounds per step -- and
 Results go to `<out>/<row>/seed<k>/` (a normal run directory). A run that finished has a `DONE` file and is
 skipped when the command is repeated; an interrupted one resumes from its last checkpoint. Several specs may share
 `<out>` (a row of the same name and settings is run once); each writes its own report, `<out>/<spec>.md` (e.g.
-`ladder.md`), the table (held-out accuracy mean and sd over seeds; generated samples to reach the reference row's final accuracy;
+`ladder.md`), the table (held-out accuracy mean and sd over seeds; generated samples to reach the reference row's final accuracy
+and the spec's fixed `thresholds`;
 the training dynamics at the end), and `<out>/<spec>_figures/<quantity>.png`, one figure per quantity with a line
 per row.
 
@@ -20,6 +21,7 @@ Spec format::
     budget_samples: 40960           # sampled training responses per run
     test_freq_samples: 4096         # validate every this many
     reference: grpo                 # the row whose final accuracy the others race to (default: the first)
+    thresholds: [0.15, 0.17]        # optional: also the samples each row needs to reach these accuracies
     overrides: [...]                # applied to every row
     rows:
       - name: grpo
@@ -78,6 +80,9 @@ class Spec:
     rows: list[Row]
     reference: str
     overrides: list[str] = field(default_factory=list)
+    thresholds: list[float] = field(default_factory=list)
+    """Fixed held-out accuracies the table gives each row's samples to reach: unlike the reference row's final
+    accuracy, they stay informative when every curve still rises at the end of the budget."""
 
 
 def spec_path(name: str) -> Path:
@@ -112,7 +117,7 @@ def load_spec(name: str) -> Spec:
         raise ConfigError(f"cannot read ablation spec {path}: {' '.join(str(e).split())}") from e
     if not isinstance(raw, dict):
         raise ConfigError(f"ablation spec {path} must be a mapping with recipe, budget_samples and rows")
-    known = {"recipe", "budget_samples", "test_freq_samples", "reference", "overrides", "rows"}
+    known = {"recipe", "budget_samples", "test_freq_samples", "reference", "thresholds", "overrides", "rows"}
     for key in raw:
         if key not in known:
             raise ConfigError(
@@ -142,6 +147,13 @@ def load_spec(name: str) -> Spec:
     reference = raw.get("reference") or rows[0].name
     if reference not in names:
         raise ConfigError(f"ablation spec {path}: reference row {reference!r} is not one of {names}")
+    thresholds = raw.get("thresholds") or []
+    if not isinstance(thresholds, list) or not all(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 1 for t in thresholds
+    ):
+        raise ConfigError(
+            f"ablation spec {path}: thresholds must be a list of accuracies in (0, 1], got {thresholds!r}"
+        )
     return Spec(
         path,
         str(raw["recipe"]),
@@ -150,6 +162,7 @@ def load_spec(name: str) -> Spec:
         rows,
         reference,
         list(raw.get("overrides") or []),
+        [float(t) for t in thresholds],
     )
 
 
@@ -371,26 +384,38 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
         f"reaches the reference row's final mean accuracy"
         + (f" ({ref_final:.3f})" if ref_final is not None else "")
         + ", interpolated between validations (every "
-        f"{spec.test_freq_samples} samples), averaged over the seeds that reach it. Entropy, length, truncation and "
+        f"{spec.test_freq_samples} samples), averaged over the seeds that reach it"
+        + (
+            "; 'samples to "
+            + " / ".join(f"{t:g}" for t in spec.thresholds)
+            + "' the same for fixed accuracies"
+            if spec.thresholds
+            else ""
+        )
+        + ". Entropy, length, truncation and "
         "all-correct share are means over the last 10% of the budget; 'tokens wasted' is the share of the run's sampled "
         "response tokens that no update saw (`train/gen_tokens_wasted_ratio`).",
         "",
-        f"| row | held-out acc | samples to {spec.reference} (share of budget) | entropy | length | truncated | "
-        "all-correct groups | tokens wasted | steps | wall min | configuration |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| row | held-out acc | samples to {spec.reference} (share of budget) | "
+        + "".join(f"samples to {t:g} | " for t in spec.thresholds)
+        + "entropy | length | truncated | all-correct groups | tokens wasted | steps | wall min | configuration |",
+        "|---|---|---|" + "---|" * len(spec.thresholds) + "---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rs = results[row.name]
         if not rs:
-            lines.append(f"| {row.name} | (no finished run) | | | | | | | | | {row.label} |")
+            lines.append(
+                f"| {row.name} | (no finished run) | |{' |' * len(spec.thresholds)} | | | | | | | {row.label} |"
+            )
             continue
         m, sd = _mean_sd([r.val[-1][1] for r in rs])
-        reach = "" if ref_final is None else "not reached"
-        if ref_final is not None:
-            hits = [h for r in rs if (h := samples_to_reach(r.val, ref_final)) is not None]
-            if hits:
-                hm = sum(hits) / len(hits)
-                reach = f"{hm:,.0f} ({hm / spec.budget_samples:.0%}; {len(hits)}/{len(rs)} seeds)"
+
+        def reach(target, rs=rs):
+            hits = [h for r in rs if (h := samples_to_reach(r.val, target)) is not None]
+            if not hits:
+                return "not reached"
+            hm = sum(hits) / len(hits)
+            return f"{hm:,.0f} ({hm / spec.budget_samples:.0%}; {len(hits)}/{len(rs)} seeds)"
 
         def tail(key, rs=rs, digits=3):
             vals = [v for r in rs if (v := _tail_mean(r.train[key], spec.budget_samples)) is not None]
@@ -402,7 +427,9 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
         wastes = [r.wasted for r in rs if r.wasted is not None]
         waste = f"{sum(wastes) / len(wastes):.1%}" if wastes else ""
         lines.append(
-            f"| {row.name} | {m:.3f} ± {sd:.3f} (n={len(rs)}) | {reach} | {tail('train/entropy')} | "
+            f"| {row.name} | {m:.3f} ± {sd:.3f} (n={len(rs)}) | {'' if ref_final is None else reach(ref_final)} | "
+            + "".join(f"{reach(t)} | " for t in spec.thresholds)
+            + f"{tail('train/entropy')} | "
             f"{tail('train/response_length_mean', digits=1)} | {tail('train/response_clip_ratio')} | "
             f"{tail('train/all_correct_group_ratio')} | {waste} | {steps} | {wall} | {row.label} |"
         )
