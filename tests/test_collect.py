@@ -366,3 +366,77 @@ def test_skip_unsolved_in_collect_batch(parts):
         sampler, 8, state.skip
     )  # 0-15 were passed over once: their skips are used up
     assert indices == list(range(8)) and skipped == 0
+
+
+def test_prioritized_draws_by_hand():
+    """`prioritize`: predictions from each prompt's last group, aged toward the never-drawn share; lowest first."""
+    from dapo_rl.collect import (
+        SamplingState,
+        draw_prioritized,
+        predicted_unanimous,
+        unanimous_chance,
+    )
+    from dapo_rl.config import FilterGroupsConfig
+
+    q4, q3, q0 = unanimous_chance(4, 8), unanimous_chance(3, 8), unanimous_chance(0, 8)
+    assert (round(q4, 3), round(q3, 3), round(q0, 3)) == (0.045, 0.070, 0.713)
+    state = SamplingState(last={0: (4, 8, 10), 1: (0, 8, 10), 2: (3, 8, 2)}, first_unanimous=0.4)
+    pred, u = predicted_unanimous(state, 5, step=10, half_life=8.0)
+    # prompt 2 was drawn 8 steps ago, one half-life: halfway from 0.070 back to 0.4
+    assert u == 0.4
+    assert pred.tolist() == pytest.approx([q4, q0, 0.4 + (q3 - 0.4) / 2, 0.4, 0.4])
+    first, p1 = draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)
+    assert first[:2] == [0, 2] and first[2] in (3, 4)  # 3 and 4 tie at 0.4: a seeded coin
+    assert p1 == pytest.approx([q4, 0.4 + (q3 - 0.4) / 2, 0.4])
+    assert draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)[0] == first  # same seed, step, round
+    other = 7 - first[2]
+    # later in the step: prompts not yet drawn come first, then the drawn ones again, lowest first
+    assert draw_prioritized(state, 5, 3, 10, 2, 0, set(first), 8.0)[0] == [other, 1, 0]
+
+    fg = FilterGroupsConfig(prioritize=True)
+    fresh = SamplingState()
+    fresh.record([(7, 0, 8), (8, 4, 8)], fg, step=3)
+    assert fresh.first_unanimous == 0.5 and fresh.first_drawn == 2  # mean of 1 and 0
+    fresh.record([(7, 8, 8)], fg, step=5)  # drawn before: its record moves, the first-draw share does not
+    assert fresh.last == {7: (8, 8, 5), 8: (4, 8, 3)} and fresh.first_unanimous == 0.5
+    assert fresh.skip == {} and fresh.streak == {}
+    restored = SamplingState()
+    restored.load_state_dict(fresh.state_dict())
+    assert (restored.last, restored.first_unanimous, restored.first_drawn) == (fresh.last, 0.5, 2)
+
+
+def test_prioritized_draws_in_collect_batch(parts):
+    """Two steps of `prioritize` with the real tiny model: each prompt at most once a step, every outcome noted."""
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState, predicted_unanimous
+
+    cfg = _cfg(
+        "first_byte_parity",
+        "algorithm.filter_groups.prioritize=true",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "algorithm.filter_groups.max_num_gen_batches=3",
+    )
+    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
+    seen = []
+    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        for step in (1, 2):
+            before = dict(state.last)
+            expected, _ = predicted_unanimous(state, len(ds), step, 8.0)
+            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
+            drawn = [i for i, (_, _, at) in state.last.items() if at == step]
+            assert len(drawn) == stats["train/gen_prompts"]  # no prompt twice in a step
+            kept = [g.rollouts[0].problem_idx for g in groups]
+            assert len(set(kept)) == len(kept) and set(kept) <= set(drawn)
+            # the step's first round took the prompts with the lowest predictions: none drawn was worse than the
+            # best prompt left out of it
+            first_round = sorted(drawn, key=lambda i: expected[i].item())[:8]
+            left_out = [i for i in range(len(ds)) if i not in drawn]
+            assert max(expected[i].item() for i in first_round) <= min(expected[i].item() for i in left_out)
+            assert 0.0 <= stats["train/predicted_unanimous_ratio"] <= 1.0
+            for i in drawn:
+                c, n, _ = state.last[i]
+                assert n == 4 and 0 <= c <= 4
+            seen.append((before, drawn))
+    assert sampler.pos == 0  # prioritised draws do not walk the epoch order
+    assert state.first_drawn == len(set(seen[0][1]) | set(seen[1][1]))

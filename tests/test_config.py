@@ -72,6 +72,7 @@ def test_wrong_type_is_a_config_error():
         ("algorithm.filter_groups.skip_predicted=1.0", r"skip_predicted=1.0 must be in \[0, 1\)"),
         ("algorithm.filter_groups.skip_solved=-1", "skip_solved=-1 must be >= 0"),
         ("algorithm.filter_groups.skip_predicted=0.3", "skip_predicted needs skip_solved or skip_unsolved"),
+        ("algorithm.filter_groups.prioritize_half_life=0", "prioritize_half_life=0.0 must be > 0"),
         ("rollout.temperature=0", "greedy"),
         ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
         ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),
@@ -80,6 +81,13 @@ def test_wrong_type_is_a_config_error():
 def test_invalid_values_name_the_setting(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+def test_prioritized_draws_replace_the_skips():
+    with pytest.raises(ConfigError, match="prioritize replaces skip_solved / skip_unsolved"):
+        load_config(
+            None, ["algorithm.filter_groups.prioritize=true", "algorithm.filter_groups.skip_unsolved=4"]
+        )
 
 
 def test_override_without_equals_sign():

@@ -323,12 +323,20 @@ class SamplingState:
         skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`,
             `skip_predicted`).
         streak: prompt index -> its groups in a row that were all correct or all wrong (`skip_backoff`).
+        last: prompt index -> `(correct, responses, step)` of its last group (`prioritize`).
+        first_unanimous: running share of all-correct or all-wrong groups among prompts drawn for the first time
+            (`prioritize`: the prediction for a prompt never drawn; a plain mean over the first 50, then an
+            exponential average with weight `1 - FIRST_UNANIMOUS_MOMENTUM` on each new one); None before any.
+        first_drawn: how many prompts have been drawn for the first time.
     """
 
     carry: list[PromptGroup] = field(default_factory=list)
     kept_rate: float | None = None
     skip: dict[int, int] = field(default_factory=dict)
     streak: dict[int, int] = field(default_factory=dict)
+    last: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    first_unanimous: float | None = None
+    first_drawn: int = 0
 
     def state_dict(self) -> dict:
         """JSON-safe state for a checkpoint; carried groups are not saved (a resumed run starts without them)."""
@@ -336,6 +344,9 @@ class SamplingState:
             "kept_rate": self.kept_rate,
             "skip": {str(k): v for k, v in sorted(self.skip.items())},
             "streak": {str(k): v for k, v in sorted(self.streak.items())},
+            "last": {str(k): list(v) for k, v in sorted(self.last.items())},
+            "first_unanimous": self.first_unanimous,
+            "first_drawn": self.first_drawn,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -343,15 +354,28 @@ class SamplingState:
         self.kept_rate = state.get("kept_rate")
         self.skip = {int(k): int(v) for k, v in (state.get("skip") or {}).items()}
         self.streak = {int(k): int(v) for k, v in (state.get("streak") or {}).items()}
+        self.last = {int(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in (state.get("last") or {}).items()}
+        self.first_unanimous = state.get("first_unanimous")
+        self.first_drawn = int(state.get("first_drawn", 0))
 
-    def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig) -> None:
+    def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig, step: int = 0) -> None:
         """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
-        `skip_unsolved`, `skip_backoff`, `skip_predicted`).
+        `skip_unsolved`, `skip_backoff`, `skip_predicted`) or for `prioritize`.
 
         Args:
             outcomes: `(prompt index, correct responses, responses)` per sampled group, in sampling order.
             fg: the skip settings.
+            step: the RL step the groups were sampled in (`prioritize` ages its predictions by it).
         """
+        if fg.prioritize:
+            for i, correct, n in outcomes:
+                if i not in self.last:
+                    self.first_drawn += 1
+                    f = self.first_unanimous or 0.0
+                    weight = max(1.0 / self.first_drawn, 1.0 - FIRST_UNANIMOUS_MOMENTUM)
+                    self.first_unanimous = f + (float(correct in (0, n)) - f) * weight
+                self.last[i] = (correct, n, step)
+            return
         for i, correct, n in outcomes:
             solved = True if correct == n else False if correct == 0 else None
             # a kept group clears the prompt's record; its next group may still look likely to carry no signal
@@ -390,6 +414,63 @@ def unanimous_chance(correct: int, n: int, next_n: int | None = None) -> float:
         return math.exp(math.lgamma(x + m) + math.lgamma(x + y) - math.lgamma(x) - math.lgamma(x + y + m))
 
     return moment(a, b) + moment(b, a)
+
+
+FIRST_UNANIMOUS_MOMENTUM = 0.98
+"""Weight of the previous estimate in the running share of unanimous first groups (`prioritize`)."""
+
+
+def predicted_unanimous(
+    state: SamplingState, size: int, step: int, half_life: float
+) -> tuple[torch.Tensor, float]:
+    """`prioritize`'s prediction, per prompt, of the chance that its next group is all correct or all wrong.
+
+    A prompt never drawn gets `u`, the running share of unanimous first groups (0.5 before any). A drawn one gets
+    `u + (q - u) * 0.5 ** (age / half_life)`, with q = `unanimous_chance` of its last group and age the steps since
+    it (the policy has moved on since, so an old outcome says less).
+
+    Returns:
+        `(pred, u)`: float64 tensor `[size]` of chances, and `u`.
+    """
+    u = 0.5 if state.first_unanimous is None else state.first_unanimous
+    pred = torch.full((size,), u, dtype=torch.float64)
+    if state.last:
+        cache: dict[tuple[int, int], float] = {}
+        idx, q, age = [], [], []
+        for i, (c, n, at) in state.last.items():
+            if i < size:
+                idx.append(i)
+                q.append(cache.setdefault((c, n), unanimous_chance(c, n)))
+                age.append(step - at)
+        w = torch.tensor(0.5, dtype=torch.float64) ** (torch.tensor(age, dtype=torch.float64) / half_life)
+        pred[torch.tensor(idx)] = u + (torch.tensor(q, dtype=torch.float64) - u) * w
+    return pred, u
+
+
+def draw_prioritized(
+    state: SamplingState,
+    size: int,
+    k: int,
+    step: int,
+    round_: int,
+    seed: int,
+    drawn: set[int],
+    half_life: float,
+) -> tuple[list[int], list[float]]:
+    """`prioritize`: the `k` prompts of `size` with the lowest `predicted_unanimous`, none already in `drawn`
+    (this step's earlier rounds) unless fewer than `k` others remain; ties in a random order seeded by
+    `(seed, step, round_)`, so a resumed run draws the same prompts.
+
+    Returns:
+        `(indices, predictions)`: the drawn prompt indices, best first, and their predicted chances.
+    """
+    pred, _ = predicted_unanimous(state, size, step, half_life)
+    rank = pred.clone()
+    if drawn:
+        rank[torch.tensor(sorted(drawn))] += 2.0  # after every prompt not yet drawn this step
+    noise = torch.rand(size, generator=torch.Generator().manual_seed(generation_seed(seed, step, round_)))
+    order = torch.argsort(rank + noise.double() * 1e-9)[:k].tolist()  # the noise only breaks ties
+    return order, [float(pred[i]) for i in order]
 
 
 SKIP_BACKOFF_CAP = 64
@@ -466,7 +547,8 @@ def collect_batch(
     the batch first into the next step's batch (key `(0, i)`; a carried group not used then is dropped);
     `skip_solved` / `skip_unsolved` pass over prompts whose last group was all correct / all wrong (`skip_backoff`:
     longer after each such group in a row; `skip_predicted`: also after a kept group whose next one likely has no
-    signal); `adaptive_gen_batch` sizes each round from
+    signal); `prioritize` draws the prompts least likely to give an all-correct or all-wrong group instead
+    (`draw_prioritized`); `adaptive_gen_batch` sizes each round from
     the running kept-rate (`round_size`).
 
     Args:
@@ -502,6 +584,8 @@ def collect_batch(
     generated: list[PromptGroup] = []
     filtered_tokens = 0
     rounds = skipped = prompts = 0
+    drawn: set[int] = set()
+    predicted: list[float] = []
     generate_s = 0.0
     total_kept = len(carried)
     while total_kept < want:
@@ -510,8 +594,15 @@ def collect_batch(
         if fg.enable and fg.adaptive_gen_batch:
             size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
         skipping = fg.skip_solved > 0 or fg.skip_unsolved > 0
-        indices, passed = draw_prompts(sampler, size, state.skip if skipping else None)
-        skipped += passed
+        if fg.enable and fg.prioritize:
+            indices, pred = draw_prioritized(
+                state, sampler.size, size, step, rounds, cfg.trainer.seed, drawn, fg.prioritize_half_life
+            )
+            drawn.update(indices)
+            predicted.extend(pred)
+        else:
+            indices, passed = draw_prompts(sampler, size, state.skip if skipping else None)
+            skipped += passed
         prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
         params = SamplingParams(
@@ -548,12 +639,12 @@ def collect_batch(
             )
         else:
             kept.extend(groups)
-        if fg.enable and (fg.skip_solved > 0 or fg.skip_unsolved > 0):
+        if fg.enable and (fg.skip_solved > 0 or fg.skip_unsolved > 0 or fg.prioritize):
             outcomes = [
                 (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
                 for g in groups
             ]
-            state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg)
+            state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg, step)
         round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
         if indices:
             rate = round_kept / len(indices)
@@ -598,6 +689,8 @@ def collect_batch(
     }
     if state.kept_rate is not None:
         stats["train/kept_rate"] = state.kept_rate
+    if predicted:  # what `prioritize` expected of this step's groups; train/all_*_group_ratio say what came
+        stats["train/predicted_unanimous_ratio"] = sum(predicted) / len(predicted)
     return batch, stats | {"time/generate_s": generate_s}
 
 
