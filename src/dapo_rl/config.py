@@ -164,7 +164,9 @@ class FilterGroupsConfig:
     pass (`prioritize_half_life`); a prompt never drawn has that share. Lowest first, each prompt once a step, ties
     in a seeded random order. Measured on the tiny task's 512 prompts at the start (two groups of 8 per prompt):
     a first group 2-6 of 8 right is followed by an all-right or all-wrong group 9% of the time, against 44% for a
-    random prompt. Excludes `skip_solved` / `skip_unsolved`."""
+    random prompt. In training (`dapo ablate zero_waste_epochs`, 512 prompts, seed 0): 48% of the tokens wasted
+    against 72% discarding the surplus, held-out accuracy level; trained prompts come back all correct, so the last
+    group is a weaker guide than with the policy held still. Excludes `skip_solved` / `skip_unsolved`."""
     prioritize_half_life: float = 8.0
     """Steps over which a drawn prompt's prediction moves halfway back to the never-drawn share (the policy
     changes, so old outcomes say less)."""
