@@ -58,9 +58,14 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
     with pytest.raises(ConfigError, match="duplicate row names"):
         load_spec(str(bad))
-    bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nthresholds: [15]\nrows:\n  - name: a\n")
-    with pytest.raises(ConfigError, match=r"thresholds must be a list of accuracies in \(0, 1\], got \[15\]"):
-        load_spec(str(bad))
+    for value in ("[15]", "false", "[0.15, 0.15]"):
+        bad.write_text(
+            f"recipe: tiny_chain_steps\nbudget_samples: 64\nthresholds: {value}\nrows:\n  - name: a\n"
+        )
+        with pytest.raises(
+            ConfigError, match=r"thresholds must be a list of distinct accuracies in \(0, 1\]"
+        ):
+            load_spec(str(bad))
     bad.write_text("recipe: tiny_chain_steps\nbudget: 64\nrows: []\n")
     with pytest.raises(ConfigError, match="unknown field 'budget'"):
         load_spec(str(bad))

@@ -440,3 +440,31 @@ def test_prioritized_draws_in_collect_batch(parts):
             seen.append((before, drawn))
     assert sampler.pos == 0  # prioritised draws do not walk the epoch order
     assert state.first_drawn == len(set(seen[0][1]) | set(seen[1][1]))
+
+
+def test_prioritized_draws_leave_out_the_carried_prompts(parts):
+    """With `carry_surplus`, a prompt whose kept group is carried into the step is not drawn again in it, although
+    its mixed last group makes it the best candidate."""
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState
+
+    cfg = _cfg(
+        "first_byte_parity",
+        "algorithm.filter_groups.prioritize=true",
+        "algorithm.filter_groups.carry_surplus=true",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "algorithm.filter_groups.max_num_gen_batches=3",
+    )
+    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
+    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        for step in (1, 2, 3):
+            carried = [g.rollouts[0].problem_idx for g in state.carry]
+            groups, _ = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
+            prompts = [g.rollouts[0].problem_idx for g in groups]
+            assert len(set(prompts)) == len(prompts)  # no prompt twice in a batch
+            for i in carried:  # drawn a step before, not this step
+                assert state.last[i][2] == step - 1
+            if carried:
+                break
+    assert carried, "no step carried a group: the test did not test the carry"

@@ -73,6 +73,7 @@ def test_wrong_type_is_a_config_error():
         ("algorithm.filter_groups.skip_solved=-1", "skip_solved=-1 must be >= 0"),
         ("algorithm.filter_groups.skip_predicted=0.3", "skip_predicted needs skip_solved or skip_unsolved"),
         ("algorithm.filter_groups.prioritize_half_life=0", "prioritize_half_life=0.0 must be > 0"),
+        ("algorithm.filter_groups.prioritize_half_life=nan", "prioritize_half_life=nan must be > 0"),
         ("rollout.temperature=0", "greedy"),
         ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
         ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),

@@ -147,12 +147,15 @@ def load_spec(name: str) -> Spec:
     reference = raw.get("reference") or rows[0].name
     if reference not in names:
         raise ConfigError(f"ablation spec {path}: reference row {reference!r} is not one of {names}")
-    thresholds = raw.get("thresholds") or []
-    if not isinstance(thresholds, list) or not all(
-        isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 1 for t in thresholds
+    thresholds = raw.get("thresholds")
+    thresholds = [] if thresholds is None else thresholds
+    if (
+        not isinstance(thresholds, list)
+        or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 1 for t in thresholds)
+        or len(set(thresholds)) != len(thresholds)
     ):
         raise ConfigError(
-            f"ablation spec {path}: thresholds must be a list of accuracies in (0, 1], got {thresholds!r}"
+            f"ablation spec {path}: thresholds must be a list of distinct accuracies in (0, 1], got {thresholds!r}"
         )
     return Spec(
         path,

@@ -324,9 +324,11 @@ class SamplingState:
             `skip_predicted`).
         streak: prompt index -> its groups in a row that were all correct or all wrong (`skip_backoff`).
         last: prompt index -> `(correct, responses, step)` of its last group (`prioritize`).
-        first_unanimous: running share of all-correct or all-wrong groups among prompts drawn for the first time
+        first_unanimous: share of all-correct or all-wrong groups among prompts drawn for the first time
             (`prioritize`: the prediction for a prompt never drawn; a plain mean over the first 50, then an
             exponential average with weight `1 - FIRST_UNANIMOUS_MOMENTUM` on each new one); None before any.
+            Only first draws move it: once every prompt of a small pool has been drawn it stays at what the policy
+            of those steps gave.
         first_drawn: how many prompts have been drawn for the first time.
     """
 
@@ -584,7 +586,9 @@ def collect_batch(
     generated: list[PromptGroup] = []
     filtered_tokens = 0
     rounds = skipped = prompts = 0
-    drawn: set[int] = set()
+    drawn = {
+        g.rollouts[0].problem_idx for g in carried
+    }  # `prioritize`: each prompt once a step, carried ones too
     predicted: list[float] = []
     generate_s = 0.0
     total_kept = len(carried)
