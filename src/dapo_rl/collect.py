@@ -592,12 +592,12 @@ def collect_batch(
     predicted: list[float] = []
     generate_s = 0.0
     total_kept = len(carried)
+    skipping = fg.skip_solved > 0 or fg.skip_unsolved > 0
     while total_kept < want:
         rounds += 1
         size = cfg.data.gen_batch_size
         if fg.enable and fg.adaptive_gen_batch:
             size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
-        skipping = fg.skip_solved > 0 or fg.skip_unsolved > 0
         if fg.enable and fg.prioritize:
             indices, pred = draw_prioritized(
                 state, sampler.size, size, step, rounds, cfg.trainer.seed, drawn, fg.prioritize_half_life
@@ -643,7 +643,7 @@ def collect_batch(
             )
         else:
             kept.extend(groups)
-        if fg.enable and (fg.skip_solved > 0 or fg.skip_unsolved > 0 or fg.prioritize):
+        if fg.enable and (skipping or fg.prioritize):
             outcomes = [
                 (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
                 for g in groups

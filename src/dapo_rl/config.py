@@ -166,7 +166,8 @@ class FilterGroupsConfig:
     a first group 2-6 of 8 right is followed by an all-right or all-wrong group 9% of the time, against 44% for a
     random prompt (an fp32 warm-up). In training (`dapo ablate zero_waste_epochs`, 512 prompts): far less waste than
     discarding the surplus but not under 10%, held-out accuracy level (README, "Drawing by signal"); trained prompts
-    come back all correct, so the last group is a weaker guide than with the policy held still. Excludes `skip_solved` / `skip_unsolved`."""
+    come back all correct, so the last group is a weaker guide than with the policy held still. Excludes
+    `skip_solved` / `skip_unsolved`."""
     prioritize_half_life: float = 8.0
     """Steps over which a drawn prompt's prediction moves halfway back to the never-drawn share (the policy
     changes, so old outcomes say less)."""
