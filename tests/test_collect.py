@@ -468,3 +468,99 @@ def test_prioritized_draws_leave_out_the_carried_prompts(parts):
             if carried:
                 break
     assert carried, "no step carried a group: the test did not test the carry"
+
+
+def test_history_baseline_pools_the_previous_group_by_hand(parts):
+    """An all-correct group [1, 1, 1, 1] pooled with its prompt's previous group [1, -1, -1, 1]: the 8 scores have
+    mean 0.5 and unbiased std sqrt(6 / 7) = 0.92582, so each of the 4 new responses gets 0.5 / 0.92582 = 0.54006
+    (Dr. GRPO, no std: 0.5); a mixed group beside it, [1, -1, -1, -1], keeps its own GRPO advantages
+    [1.5, -0.5, -0.5, -0.5] (mean -0.5, std 1). The history adds no rows."""
+    from dapo_rl.collect import PromptGroup, Rollout
+
+    tok, _, ds = parts
+    s = ds.samples[0]
+    mk = lambda r: Rollout(s, 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
+    groups = [
+        PromptGroup((1, 0), [mk(1.0), mk(-1.0), mk(-1.0), mk(-1.0)]),
+        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
+    ]
+    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "actor.ppo_mini_batch_size=2")
+    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
+    assert len(batch) == 8
+    assert batch.advantages.tolist() == pytest.approx(
+        [1.5, -0.5, -0.5, -0.5] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5
+    )
+    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "algorithm.norm_adv_by_std_in_grpo=false")
+    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
+    assert batch.advantages.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5] + [0.5] * 4, abs=1e-5)
+
+
+def test_history_for_by_hand(parts):
+    """`SamplingState.history_for`: the prompt's groups of the last `max_age` steps count when, pooled with the new
+    group, their answers disagree; `remember` forgets older ones."""
+    from dapo_rl.collect import PromptGroup, Rollout, SamplingState
+
+    s = parts[2].samples[0]
+    right = PromptGroup((1, 0), [Rollout(s, 7, i, acc=True, reward=1.0) for i in range(4)])
+    wrong = PromptGroup((1, 0), [Rollout(s, 7, i, acc=False, reward=-1.0) for i in range(4)])
+    state = SamplingState()
+    state.remember([(7, [1.0, 0.0, 0.0, 1.0], [1.0, -1.0, -1.0, 0.5])], step=3, max_age=8)
+    assert state.history_for(right, "acc", 5, 8) == (1.0, -1.0, -1.0, 0.5)
+    assert state.history_for(wrong, "acc", 11, 8) == (1.0, -1.0, -1.0, 0.5)  # 8 steps old: still pooled
+    assert state.history_for(wrong, "acc", 12, 8) == ()  # 9 steps: too old
+    state.remember([(7, [1.0] * 4, [1.0] * 4)], step=6, max_age=8)
+    # all right at step 6 as well: pooled with both recent groups, oldest first
+    assert state.history_for(right, "acc", 9, 8) == (1.0, -1.0, -1.0, 0.5) + (1.0,) * 4
+    assert state.history_for(right, "acc", 12, 8) == ()  # only step 6's all-right group is recent: no signal
+    assert state.history_for(wrong, "acc", 12, 8) == (1.0,) * 4
+    state.remember([(7, [0.0] * 4, [-1.0] * 4)], step=12, max_age=8)
+    assert [g[0] for g in state.previous[7]] == [6, 12]  # step 3's group forgotten (9 steps before 12)
+    assert SamplingState().history_for(right, "acc", 5, 8) == ()  # never drawn before
+    restored = SamplingState()
+    restored.load_state_dict(state.state_dict())
+    assert restored.previous == state.previous
+
+
+def test_history_baseline_in_collect_batch(parts):
+    """Steps of `prioritize` + `history_baseline` with the real tiny model: an all-agreeing group is kept exactly
+    when its prompt's recent groups disagreed with it, and its tokens are not counted as wasted."""
+    tok, engine, ds = parts
+    from dapo_rl.collect import SamplingState
+
+    cfg = _cfg(
+        "first_byte_parity",
+        "data.gen_batch_size=16",
+        "algorithm.filter_groups.prioritize=true",
+        "algorithm.filter_groups.history_baseline=true",
+        "algorithm.filter_groups.on_exhausted=partial",
+        "algorithm.filter_groups.max_num_gen_batches=3",
+    )
+    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
+    pooled = 0
+    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
+        scorer = Scorer(tok, pool, 6)
+        for step in range(1, 9):
+            before = dict(state.previous)
+            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
+            assert stats["train/history_baseline_groups"] == sum(bool(g.history) for g in groups)
+            for g in groups:
+                accs = [float(x.acc) for x in g.rollouts]
+                i = g.rollouts[0].problem_idx
+                assert state.previous[i][-1][:2] == (step, accs)  # noted for the next draws
+                if not g.history:
+                    assert 0 < sum(accs) < 4
+                    continue
+                pooled += 1
+                assert sum(accs) in (0, 4) and all(step - at <= 8 for at, _, _ in before[i])
+                assert any(values != accs for _, values, _ in before[i])
+                assert g.history == tuple(x for _, _, scores in before[i] for x in scores)
+            batch = make_train_batch(groups, cfg, tok.pad_token_id, step=step)
+            assert len(batch) == 4 * len(groups)
+            if pooled:
+                break
+    assert pooled, "no all-agreeing group came after a mixed one: the test did not test the pooling"
+    # the step's waste is the dropped groups only: kept ones, pooled ones included, are all trained on
+    kept_tokens = sum(x.response_length for g in groups for x in g.rollouts)
+    assert stats["train/gen_tokens_wasted_ratio"] == pytest.approx(
+        1 - kept_tokens / stats["train/gen_tokens"]
+    )

@@ -150,6 +150,9 @@ class PromptGroup:
 
     key: tuple[int, int]
     rollouts: list[Rollout]
+    history: tuple[float, ...] = ()
+    """`history_baseline`: the shaped scores of the prompt's recent groups, pooled into this all-agreeing group's
+    advantage statistics (not trained on); empty for a group normalised on its own."""
 
     def metric(self, name: str) -> list[float]:
         """`acc` (0/1) or the shaped `score` of each rollout."""
@@ -330,6 +333,8 @@ class SamplingState:
             Only first draws move it: once every prompt of a small pool has been drawn it stays at what the policy
             of those steps gave.
         first_drawn: how many prompts have been drawn for the first time.
+        previous: prompt index -> `(step, metric values, shaped scores)` of each of its groups from the last
+            `history_max_age` steps, oldest first (`history_baseline`).
     """
 
     carry: list[PromptGroup] = field(default_factory=list)
@@ -339,6 +344,7 @@ class SamplingState:
     last: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     first_unanimous: float | None = None
     first_drawn: int = 0
+    previous: dict[int, list[tuple[int, list[float], list[float]]]] = field(default_factory=dict)
 
     def state_dict(self) -> dict:
         """JSON-safe state for a checkpoint; carried groups are not saved (a resumed run starts without them)."""
@@ -349,6 +355,7 @@ class SamplingState:
             "last": {str(k): list(v) for k, v in sorted(self.last.items())},
             "first_unanimous": self.first_unanimous,
             "first_drawn": self.first_drawn,
+            "previous": {str(k): [list(g) for g in v] for k, v in sorted(self.previous.items())},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -359,6 +366,26 @@ class SamplingState:
         self.last = {int(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in (state.get("last") or {}).items()}
         self.first_unanimous = state.get("first_unanimous")
         self.first_drawn = int(state.get("first_drawn", 0))
+        self.previous = {
+            int(k): [(int(g[0]), [float(x) for x in g[1]], [float(x) for x in g[2]]) for g in v]
+            for k, v in (state.get("previous") or {}).items()
+        }
+
+    def history_for(self, group: PromptGroup, metric: str, step: int, max_age: int) -> tuple[float, ...]:
+        """`history_baseline`: the shaped scores of `group`'s prompt's groups from the last `max_age` steps (oldest
+        first) when those and `group` pooled vary in `metric` (what `kept_group_ids` tests); else `()`."""
+        recent = [g for g in self.previous.get(group.rollouts[0].problem_idx, []) if step - g[0] <= max_age]
+        values = torch.tensor([v for g in recent for v in g[1]] + group.metric(metric))
+        if not recent or not len(kept_group_ids(values, torch.zeros(len(values), dtype=torch.long))):
+            return ()
+        return tuple(x for g in recent for x in g[2])
+
+    def remember(self, groups: list[tuple[int, list[float], list[float]]], step: int, max_age: int) -> None:
+        """`history_baseline`: note each `(prompt index, metric values, shaped scores)` group sampled at `step`;
+        the prompt's groups older than `max_age` steps are forgotten."""
+        for i, values, scores in groups:
+            kept = [g for g in self.previous.get(i, []) if step - g[0] < max_age]
+            self.previous[i] = [*kept, (step, values, scores)]
 
     def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig, step: int = 0) -> None:
         """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
@@ -550,8 +577,9 @@ def collect_batch(
     `skip_solved` / `skip_unsolved` pass over prompts whose last group was all correct / all wrong (`skip_backoff`:
     longer after each such group in a row; `skip_predicted`: also after a kept group whose next one likely has no
     signal); `prioritize` draws the prompts least likely to give an all-correct or all-wrong group instead
-    (`draw_prioritized`); `adaptive_gen_batch` sizes each round from
-    the running kept-rate (`round_size`).
+    (`draw_prioritized`); `history_baseline` keeps an all-agreeing group too when the prompt's recent groups
+    disagreed with it (`SamplingState.history_for`; the advantages pool both, `make_train_batch`);
+    `adaptive_gen_batch` sizes each round from the running kept-rate (`round_size`).
 
     Args:
         engine: rollout engine (`generate`).
@@ -637,6 +665,18 @@ def collect_batch(
                 torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
             )
             keep = set(kept_group_ids(metric, gidx).tolist())
+            if fg.history_baseline:  # an all-agreeing group may still disagree with the prompt's recent ones
+                for i, g in enumerate(groups):
+                    if i not in keep and (h := state.history_for(g, fg.metric, step, fg.history_max_age)):
+                        groups[i] = replace(g, history=h)
+                        keep.add(i)
+                outcomes = [
+                    (g.rollouts[0].problem_idx, g.metric(fg.metric), [x.reward for x in g.rollouts])
+                    for g in groups
+                ]
+                state.remember(
+                    [o for part in all_gather_objects(outcomes, ctx) for o in part], step, fg.history_max_age
+                )
             kept.extend(g for i, g in enumerate(groups) if i in keep)
             filtered_tokens += sum(
                 x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts
@@ -688,6 +728,7 @@ def collect_batch(
     stats |= {
         "train/kept_groups": len(batch),
         "train/carried_groups": sum(g.key[0] == 0 for g in batch),
+        "train/history_baseline_groups": sum(bool(g.history) for g in batch),
         "train/gen_prompts": prompts,
         "train/skipped_prompts": skipped,
     }
@@ -786,6 +827,9 @@ def make_train_batch(
 ) -> TrainBatch:
     """Advantages of the shaped scores (`algorithm.adv_estimator`, per group) and this rank's rows of the batch.
 
+    A group with `history` (`history_baseline`) is normalised over its scores and the history's together; only its
+    own responses become rows.
+
     The batch (optionally shuffled by a per-step seeded permutation, the same on every rank) is cut into
     mini-batches of `actor.ppo_mini_batch_size` groups' worth of sequences, as one process would cut it, and each
     mini-batch is split evenly over the ranks, balanced by token count (`shard_minibatches`).
@@ -799,10 +843,13 @@ def make_train_batch(
     """
     ctx = ctx or DistContext()
     rollouts = [x for g in groups for x in g.rollouts]
-    scores = torch.tensor([x.reward for x in rollouts], dtype=torch.float32)
-    gidx = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups]))
+    # a group with `history` has its prompt's recent scores pooled into its statistics; they get no row
+    scores = torch.tensor([v for g in groups for v in [x.reward for x in g.rollouts] + list(g.history)])
+    sizes = torch.tensor([len(g.rollouts) + len(g.history) for g in groups])
+    gidx = torch.repeat_interleave(torch.arange(len(groups)), sizes)
+    own = torch.cat([torch.arange(len(g.rollouts) + len(g.history)) < len(g.rollouts) for g in groups])
     estimator = get_adv_estimator(cfg.algorithm.adv_estimator)
-    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
+    adv = estimator(scores.float(), gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)[own]
     truncated = torch.tensor([x.truncated for x in rollouts])
     loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
     order = None

@@ -171,6 +171,20 @@ class FilterGroupsConfig:
     prioritize_half_life: float = 8.0
     """Steps over which a drawn prompt's prediction moves halfway back to the never-drawn share (the policy
     changes, so old outcomes say less)."""
+    history_baseline: bool = False
+    """Zero-waste, uses what the filter would drop: a group whose answers all agree is kept when the prompt's groups
+    from the last `history_max_age` steps disagree with it, and its advantages are GRPO's (DAPO Eq. 9) over all of
+    them pooled: mean and std over the new group's scores and the recent ones', applied to the new group's
+    responses only (the old ones were trained on, or dropped, already). An all-correct group after a 5-of-8 one
+    thus gets positive advantages, an all-wrong one after a 2-of-8 one negative ones; a prompt all right (or all
+    wrong) every time in that window still carries no signal and is dropped. A baseline from the prompt's own past
+    samples is SPO's idea (Xu and Ding 2025, "Single-stream Policy Optimization", arXiv 2509.13232: a per-prompt
+    value tracker instead of the group mean); the pooled window keeps the estimate GRPO's. Being independent of
+    the new responses, the old scores leave the policy gradient unbiased however stale they are; staleness costs
+    variance. Best with `prioritize`, which draws the prompts whose last group was mixed."""
+    history_max_age: int = 8
+    """How many steps back `history_baseline` pools a prompt's groups (the policy changes, so an old group is a
+    worse baseline)."""
     adaptive_gen_batch: bool = False
     """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
     what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
@@ -866,6 +880,15 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(
             "algorithm.filter_groups.prioritize draws prompts for dynamic sampling: it needs "
             "algorithm.filter_groups.enable=true"
+        )
+    if a.filter_groups.history_baseline and not a.filter_groups.enable:
+        raise ConfigError(
+            "algorithm.filter_groups.history_baseline keeps groups the filter would drop: it needs "
+            "algorithm.filter_groups.enable=true"
+        )
+    if a.filter_groups.history_max_age < 1:
+        raise ConfigError(
+            f"algorithm.filter_groups.history_max_age={a.filter_groups.history_max_age} must be >= 1 (steps)"
         )
     if not a.filter_groups.prioritize_half_life > 0:  # NaN too
         raise ConfigError(
