@@ -513,8 +513,10 @@ def test_history_for_by_hand(parts):
     assert state.history_for(right, "acc", 9, 8) == (1.0, -1.0, -1.0, 0.5) + (1.0,) * 4
     assert state.history_for(right, "acc", 12, 8) == ()  # only step 6's all-right group is recent: no signal
     assert state.history_for(wrong, "acc", 12, 8) == (1.0,) * 4
-    state.remember([(7, [0.0] * 4, [-1.0] * 4)], step=12, max_age=8)
+    state.remember([(7, [0.0] * 4, [-1.0] * 4), (8, [1.0] * 4, [1.0] * 4)], step=12, max_age=8)
     assert [g[0] for g in state.previous[7]] == [6, 12]  # step 3's group forgotten (9 steps before 12)
+    state.remember([(9, [1.0] * 4, [1.0] * 4)], step=21, max_age=8)
+    assert list(state.previous) == [9]  # prompts 7 and 8 not drawn since step 12: forgotten
     assert SamplingState().history_for(right, "acc", 5, 8) == ()  # never drawn before
     restored = SamplingState()
     restored.load_state_dict(state.state_dict())

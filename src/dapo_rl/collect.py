@@ -382,10 +382,11 @@ class SamplingState:
 
     def remember(self, groups: list[tuple[int, list[float], list[float]]], step: int, max_age: int) -> None:
         """`history_baseline`: note each `(prompt index, metric values, shaped scores)` group sampled at `step`;
-        the prompt's groups older than `max_age` steps are forgotten."""
+        groups more than `max_age` steps old are forgotten (every prompt's, so the state stays small)."""
         for i, values, scores in groups:
-            kept = [g for g in self.previous.get(i, []) if step - g[0] < max_age]
-            self.previous[i] = [*kept, (step, values, scores)]
+            self.previous.setdefault(i, []).append((step, values, scores))
+        recent = {i: [g for g in v if step - g[0] <= max_age] for i, v in self.previous.items()}
+        self.previous = {i: v for i, v in recent.items() if v}
 
     def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig, step: int = 0) -> None:
         """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
