@@ -542,7 +542,7 @@ def test_history_baseline_in_collect_batch(parts):
     with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         for step in range(1, 9):
-            before = dict(state.previous)
+            before = {i: list(v) for i, v in state.previous.items()}
             groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
             assert stats["train/history_baseline_groups"] == sum(bool(g.history) for g in groups)
             for g in groups:
@@ -566,3 +566,32 @@ def test_history_baseline_in_collect_batch(parts):
     assert stats["train/gen_tokens_wasted_ratio"] == pytest.approx(
         1 - kept_tokens / stats["train/gen_tokens"]
     )
+
+
+def test_predicted_wasted_by_hand():
+    """`prioritize` with `history_baseline` ranks by the chance of a dropped group: 0 for a prompt whose recent
+    groups disagree, `unanimous_chance(k, k, n)` relaxed toward u for one whose recent k responses all agree."""
+    from dapo_rl.collect import SamplingState, draw_prioritized, predicted_wasted, unanimous_chance
+
+    state = SamplingState(first_unanimous=0.4)
+    state.remember([(0, [1.0, 0.0, 1.0, 1.0], [1.0, -1.0, 1.0, 1.0])], step=2, max_age=8)
+    state.remember([(1, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4), (3, [1.0] * 4, [1.0] * 4)], 2, 8)
+    state.remember([(0, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4)], step=10, max_age=8)
+    unanimous = torch.tensor([0.2, 0.6, 0.7, 0.5, 0.4], dtype=torch.float64)
+    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=4)
+    # prompt 0: step 10's all-right group alone is recent (max_age 4): 4 agreeing responses, age 0
+    assert got[0].item() == pytest.approx(unanimous_chance(4, 4, 4))
+    assert got[1].item() == 0.6 and got[3].item() == 0.5 and got[4].item() == 0.4  # nothing recent: unchanged
+    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=8)
+    assert (
+        got[0].item() == 0.0
+    )  # a 3-of-4 group and an all-right one: nothing the next group gives is dropped
+    # Beta(8.5, 0.5): E[p^4] = 8.5/9 * 9.5/10 * 10.5/11 * 11.5/12 = 0.82076, E[(1-p)^4] = 0.5/9 * 1.5/10 * 2.5/11
+    # * 3.5/12 = 0.00055: 0.82131 (two all-wrong groups of 4, the newest at age 0)
+    assert got[2].item() == pytest.approx(0.82131, abs=1e-5)
+    assert got[1].item() == pytest.approx(0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5)  # one, 8 steps old
+    order, pred = draw_prioritized(state, 5, 5, 10, 1, 0, set(), 8.0, history_max_age=8)
+    assert (
+        order[0] == 0 and pred[0] == 0.0 and order[-1] == 2
+    )  # the sure thing first, two all-wrong groups last
+    assert pred == sorted(pred)

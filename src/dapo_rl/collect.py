@@ -477,6 +477,39 @@ def predicted_unanimous(
     return pred, u
 
 
+def predicted_wasted(
+    state: SamplingState, unanimous: torch.Tensor, u: float, step: int, half_life: float, max_age: int
+) -> torch.Tensor:
+    """`prioritize` with `history_baseline`: per prompt, the chance that its next group is dropped, i.e. all correct
+    or all wrong and agreeing with every group of the prompt's last `max_age` steps (`SamplingState.previous`).
+
+    Recent groups that disagree: 0 (the next group is trained on whatever it gives). Recent groups that all agree
+    (k responses in all): `u + (q - u) * 0.5 ** (age / half_life)` with q = `unanimous_chance(k, k, n)` for a
+    group of n (one all-right group of 8: 0.71, two: 0.82) and age the steps since the newest; no recent group:
+    `unanimous` (`predicted_unanimous`), unchanged.
+
+    Args:
+        unanimous: float64 `[size]`, `predicted_unanimous`'s chances.
+        u: the never-drawn prompts' chance.
+
+    Returns:
+        float64 tensor `[size]` of chances.
+    """
+    out = unanimous.clone()
+    for i, groups in state.previous.items():
+        recent = [g for g in groups if step - g[0] <= max_age]
+        if not recent or i >= len(out):
+            continue
+        values = [v for g in recent for v in g[1]]
+        if max(values) - min(values) > 1e-6:  # as `kept_group_ids` tests a group
+            out[i] = 0.0
+            continue
+        k, n = sum(len(g[1]) for g in recent), len(recent[-1][1])
+        w = 0.5 ** ((step - recent[-1][0]) / half_life)
+        out[i] = u + (unanimous_chance(k, k, n) - u) * w
+    return out
+
+
 def draw_prioritized(
     state: SamplingState,
     size: int,
@@ -486,16 +519,25 @@ def draw_prioritized(
     seed: int,
     drawn: set[int],
     half_life: float,
+    history_max_age: int | None = None,
 ) -> tuple[list[int], list[float]]:
     """`prioritize`: the `k` prompts of `size` with the lowest `predicted_unanimous`, none already in `drawn`
     (this step's earlier rounds) unless fewer than `k` others remain; ties in a random order seeded by
     `(seed, step, round_)`, so a resumed run draws the same prompts.
 
+    With `history_baseline` (`history_max_age` given) the first key is the chance that the next group is wasted
+    (`predicted_wasted`), `predicted_unanimous` only breaks its ties: a prompt whose recent groups disagree cannot
+    waste its next one, whatever it gives.
+
     Returns:
-        `(indices, predictions)`: the drawn prompt indices, best first, and their predicted chances.
+        `(indices, predictions)`: the drawn prompt indices, best first, and their predicted chances (of a unanimous
+        group; of a wasted one with `history_max_age`).
     """
-    pred, _ = predicted_unanimous(state, size, step, half_life)
+    pred, u = predicted_unanimous(state, size, step, half_life)
     rank = pred.clone()
+    if history_max_age is not None:
+        pred = predicted_wasted(state, pred, u, step, half_life, history_max_age)
+        rank = pred + rank * 1e-3
     if drawn:
         rank[torch.tensor(sorted(drawn))] += 2.0  # after every prompt not yet drawn this step
     noise = torch.rand(size, generator=torch.Generator().manual_seed(generation_seed(seed, step, round_)))
@@ -629,7 +671,15 @@ def collect_batch(
             size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
         if fg.enable and fg.prioritize:
             indices, pred = draw_prioritized(
-                state, sampler.size, size, step, rounds, cfg.trainer.seed, drawn, fg.prioritize_half_life
+                state,
+                sampler.size,
+                size,
+                step,
+                rounds,
+                cfg.trainer.seed,
+                drawn,
+                fg.prioritize_half_life,
+                fg.history_max_age if fg.history_baseline else None,
             )
             drawn.update(indices)
             predicted.extend(pred)
