@@ -590,8 +590,13 @@ def test_predicted_wasted_by_hand():
     # * 3.5/12 = 0.00055: 0.82131 (two all-wrong groups of 4, the newest at age 0)
     assert got[2].item() == pytest.approx(0.82131, abs=1e-5)
     assert got[1].item() == pytest.approx(0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5)  # one, 8 steps old
-    order, pred = draw_prioritized(state, 5, 5, 10, 1, 0, set(), 8.0, history_max_age=8)
-    assert (
-        order[0] == 0 and pred[0] == 0.0 and order[-1] == 2
-    )  # the sure thing first, two all-wrong groups last
-    assert pred == sorted(pred)
+    # the draw: last groups as remembered above (prompt 4 never drawn, u = 0.4)
+    state.last = {0: (4, 4, 10), 1: (4, 4, 2), 2: (0, 4, 10), 3: (4, 4, 2)}
+    state.last[5] = (2, 4, 1)  # mixed, 9 steps old, outside the window: not put last
+    order, pred = draw_prioritized(state, 6, 6, 10, 1, 0, set(), 8.0, history_max_age=8)
+    old = 0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5  # 1 and 3: an all-right group 8 steps old
+    old5 = 0.4 + (unanimous_chance(2, 4) - 0.4) * 0.5 ** (9 / 8)
+    # 5 (mixed last), 4 (never drawn), 0 (all right, but a recent group disagrees); then 1 and 3 and 2, whose recent
+    # groups all agree, after every other whatever their chances
+    assert order[:3] == [5, 4, 0] and sorted(order[3:5]) == [1, 3] and order[5] == 2
+    assert pred == pytest.approx([old5, 0.4, unanimous_chance(4, 4), old, old, unanimous_chance(0, 4)])
