@@ -221,3 +221,7 @@ def test_report_fixed_thresholds_by_hand(tmp_path):
     # new seed 0: 0.1 -> 0.5 over the first 100 samples: 0.3 at 50, 0.5 at 100
     assert "| 50 (25%; 1/1 seeds) | 100 (50%; 1/1 seeds) |" in new
     assert none.count("|") == head.count("|")  # a row with no finished run keeps the columns aligned
+    with pytest.raises(
+        ConfigError, match=r"no such directory, so no runs to report; run `dapo ablate s --out"
+    ):
+        write_report(spec, tmp_path / "missing", seeds=2)

@@ -369,7 +369,14 @@ def write_report(spec: Spec, out: Path, seeds: int, rows: list[Row] | None = Non
 
     Returns:
         The markdown file's path.
+
+    Raises:
+        ConfigError: `out` is not a directory (nothing was run there).
     """
+    if not out.is_dir():
+        raise ConfigError(
+            f"{out}: no such directory, so no runs to report; run `dapo ablate {spec.path.stem} --out {out}` first"
+        )
     rows = rows or spec.rows
     results = {
         row.name: [

@@ -181,10 +181,11 @@ class FilterGroupsConfig:
     samples is SPO's idea (Xu and Ding 2025, "Single-stream Policy Optimization", arXiv 2509.13232: a per-prompt
     value tracker instead of the group mean); the pooled window keeps the estimate GRPO's (the new scores are in
     the mean and std, as in a group). The older a pooled group, the more the policy has moved since it, and the
-    worse a baseline it makes (`history_max_age`). With `prioritize`, prompts whose recent groups all agree are drawn last. Measured (`dapo ablate
-    zero_waste_epochs`, 512 prompts, seed 0, README "Training on the all-agreeing groups"): waste 10.1% against
-    45.2% with `prioritize` alone, but half of each batch became all-right groups of learned prompts, entropy fell
-    to 0.015 (0.039) and held-out accuracy to 0.358 (0.382; DAPO 0.398)."""
+    worse a baseline it makes (`history_max_age`). With `prioritize`, prompts whose recent groups all agree are
+    drawn last. Measured (`dapo ablate zero_waste_epochs`, 512 prompts, README "Training on the all-agreeing
+    groups"): waste 10.1% against 45.2% with `prioritize` alone (seed 0), but about half of each batch became
+    all-right groups of learned prompts, entropy fell to 0.015 (0.039) and held-out accuracy to 0.358 (0.382;
+    DAPO 0.398)."""
     history_max_age: int = 8
     """How many steps back `history_baseline` pools a prompt's groups (the policy changes, so an old group is a
     worse baseline)."""
