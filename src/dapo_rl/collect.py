@@ -375,8 +375,7 @@ class SamplingState:
         """`history_baseline`: the shaped scores of `group`'s prompt's groups from the last `max_age` steps (oldest
         first) when those and `group` pooled vary in `metric` (what `kept_group_ids` tests); else `()`."""
         recent = [g for g in self.previous.get(group.rollouts[0].problem_idx, []) if step - g[0] <= max_age]
-        values = torch.tensor([v for g in recent for v in g[1]] + group.metric(metric))
-        if not recent or not len(kept_group_ids(values, torch.zeros(len(values), dtype=torch.long))):
+        if not recent or not _varies([v for g in recent for v in g[1]] + group.metric(metric)):
             return ()
         return tuple(x for g in recent for x in g[2])
 
@@ -423,6 +422,11 @@ class SamplingState:
             run = self.streak.get(i, 0) + 1
             self.streak[i] = run
             self.skip[i] = base * min(2 ** (run - 1), SKIP_BACKOFF_CAP) if fg.skip_backoff else base
+
+
+def _varies(values: list[float]) -> bool:
+    """Whether a metric varies over responses, as `kept_group_ids` tests a group (max - min > 1e-6)."""
+    return max(values) - min(values) > 1e-6
 
 
 def unanimous_chance(correct: int, n: int, next_n: int | None = None) -> float:
@@ -500,8 +504,7 @@ def predicted_wasted(
         recent = [g for g in groups if step - g[0] <= max_age]
         if not recent or i >= len(out):
             continue
-        values = [v for g in recent for v in g[1]]
-        if max(values) - min(values) > 1e-6:  # as `kept_group_ids` tests a group
+        if _varies([v for g in recent for v in g[1]]):
             out[i] = 0.0
             continue
         k, n = sum(len(g[1]) for g in recent), len(recent[-1][1])
