@@ -371,10 +371,14 @@ class SamplingState:
             for k, v in (state.get("previous") or {}).items()
         }
 
+    def recent(self, i: int, step: int, max_age: int) -> list[tuple[int, list[float], list[float]]]:
+        """`history_baseline`: prompt `i`'s groups from the last `max_age` steps before `step`, oldest first."""
+        return [g for g in self.previous.get(i, []) if step - g[0] <= max_age]
+
     def history_for(self, group: PromptGroup, metric: str, step: int, max_age: int) -> tuple[float, ...]:
         """`history_baseline`: the shaped scores of `group`'s prompt's groups from the last `max_age` steps (oldest
         first) when those and `group` pooled vary in `metric` (what `kept_group_ids` tests); else `()`."""
-        recent = [g for g in self.previous.get(group.rollouts[0].problem_idx, []) if step - g[0] <= max_age]
+        recent = self.recent(group.rollouts[0].problem_idx, step, max_age)
         if not recent or not _varies([v for g in recent for v in g[1]] + group.metric(metric)):
             return ()
         return tuple(x for g in recent for x in g[2])
@@ -384,7 +388,7 @@ class SamplingState:
         groups more than `max_age` steps old are forgotten (every prompt's, so the state stays small)."""
         for i, values, scores in groups:
             self.previous.setdefault(i, []).append((step, values, scores))
-        recent = {i: [g for g in v if step - g[0] <= max_age] for i, v in self.previous.items()}
+        recent = {i: self.recent(i, step, max_age) for i in self.previous}
         self.previous = {i: v for i, v in recent.items() if v}
 
     def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig, step: int = 0) -> None:
@@ -500,8 +504,8 @@ def predicted_wasted(
         float64 tensor `[size]` of chances.
     """
     out = unanimous.clone()
-    for i, groups in state.previous.items():
-        recent = [g for g in groups if step - g[0] <= max_age]
+    for i in state.previous:
+        recent = state.recent(i, step, max_age)
         if not recent or i >= len(out):
             continue
         if _varies([v for g in recent for v in g[1]]):
@@ -907,7 +911,7 @@ def make_train_batch(
     gidx = torch.repeat_interleave(torch.arange(len(groups)), sizes)
     own = torch.cat([torch.arange(len(g.rollouts) + len(g.history)) < len(g.rollouts) for g in groups])
     estimator = get_adv_estimator(cfg.algorithm.adv_estimator)
-    adv = estimator(scores.float(), gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)[own]
+    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)[own]
     truncated = torch.tensor([x.truncated for x in rollouts])
     loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
     order = None
