@@ -495,6 +495,29 @@ def test_history_baseline_pools_the_previous_group_by_hand(parts):
     assert batch.advantages.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5] + [0.5] * 4, abs=1e-5)
 
 
+def test_history_norm_by_std_false_centres_only_the_pooled_groups(parts):
+    """`history_norm_by_std=false`: the pooled all-correct group of the test above gets 1 - 0.5 = 0.5 per response
+    (not 0.54006), while a mixed group [1, 1, -1, -1] beside it keeps GRPO's division by its std sqrt(4 / 3):
+    +-1 / 1.15470 = +-0.86603."""
+    from dapo_rl.collect import PromptGroup, Rollout
+
+    tok, _, ds = parts
+    s = ds.samples[0]
+    mk = lambda r: Rollout(s, 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
+    groups = [
+        PromptGroup((1, 0), [mk(1.0), mk(1.0), mk(-1.0), mk(-1.0)]),
+        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
+    ]
+    on = "algorithm.filter_groups.history_norm_by_std=false"
+    batch = make_train_batch(
+        groups, _cfg("first_byte_parity", "actor.shuffle=false", on), tok.pad_token_id, 1
+    )
+    a = 1 / math.sqrt(4 / 3)
+    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5] * 4, abs=1e-5)
+    batch = make_train_batch(groups, _cfg("first_byte_parity", "actor.shuffle=false"), tok.pad_token_id, 1)
+    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5)
+
+
 def test_history_for_by_hand(parts):
     """`SamplingState.history_for`: the prompt's groups of the last `max_age` steps count when, pooled with the new
     group, their answers disagree; `remember` forgets older ones."""

@@ -911,7 +911,14 @@ def make_train_batch(
     gidx = torch.repeat_interleave(torch.arange(len(groups)), sizes)
     own = torch.cat([torch.arange(len(g.rollouts) + len(g.history)) < len(g.rollouts) for g in groups])
     estimator = get_adv_estimator(cfg.algorithm.adv_estimator)
-    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)[own]
+    norm = cfg.algorithm.norm_adv_by_std_in_grpo
+    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=norm)
+    if norm and not cfg.algorithm.filter_groups.history_norm_by_std and any(g.history for g in groups):
+        pooled = torch.tensor([bool(g.history) for g in groups])[
+            gidx
+        ]  # rows of groups with history: centred only
+        adv = torch.where(pooled, estimator(scores, gidx, norm_adv_by_std_in_grpo=False), adv)
+    adv = adv[own]
     truncated = torch.tensor([x.truncated for x in rollouts])
     loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
     order = None

@@ -186,6 +186,11 @@ class FilterGroupsConfig:
     groups"): waste 10.1% and 9.5% (seeds 0 and 1) against 45.2% with `prioritize` alone, but half of each batch
     became groups trained against history, mostly all-right groups of learned prompts; entropy fell to 0.015
     (DAPO 0.055) and held-out accuracy to 0.359 +- 0.001 (DAPO 0.404 +- 0.008, same seeds)."""
+    history_norm_by_std: bool = True
+    """`history_baseline`: divide a pooled group's advantages by the pool's std as GRPO does (True), or only
+    centre them (False: Dr. GRPO's form, Liu et al. 2025, arXiv 2503.20783), so that an all-right group of a prompt
+    the policy already gets right nearly every time moves it by 1 - mean (small), not by (1 - mean) / std
+    (large as the std shrinks). Mixed groups keep `algorithm.norm_adv_by_std_in_grpo`."""
     history_max_age: int = 8
     """How many steps back `history_baseline` pools a prompt's groups (the policy changes, so an old group is a
     worse baseline)."""
