@@ -192,8 +192,8 @@ class FilterGroupsConfig:
     the policy already gets right nearly every time moves it by 1 - mean (small), not by (1 - mean) / std
     (large as the std shrinks). Mixed groups keep `algorithm.norm_adv_by_std_in_grpo`. Measured (`dapo ablate
     zero_waste_epochs`, README "Training on the all-agreeing groups"): alone, no clear change (held-out 0.332, one seed);
-    with DAPO's optimizer updates per sample (96 groups a step) 0.370 +- 0.028 at 7.6-8.0% waste, DAPO 0.403 +-
-    0.006."""
+    with DAPO's optimizer updates per sample (96 groups a step) 0.369 +- 0.020 at 6.7-8.0% waste, DAPO 0.403 +-
+    0.006 (three seeds each)."""
     history_max_age: int = 8
     """How many steps back `history_baseline` pools a prompt's groups (the policy changes, so an old group is a
     worse baseline)."""
