@@ -914,9 +914,8 @@ def make_train_batch(
     norm = cfg.algorithm.norm_adv_by_std_in_grpo
     adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=norm)
     if norm and not cfg.algorithm.filter_groups.history_norm_by_std and any(g.history for g in groups):
-        pooled = torch.tensor([bool(g.history) for g in groups])[
-            gidx
-        ]  # rows of groups with history: centred only
+        # `history_norm_by_std=false`: the rows of groups with history are only centred
+        pooled = torch.tensor([bool(g.history) for g in groups])[gidx]
         adv = torch.where(pooled, estimator(scores, gidx, norm_adv_by_std_in_grpo=False), adv)
     adv = adv[own]
     truncated = torch.tensor([x.truncated for x in rollouts])

@@ -188,12 +188,12 @@ class FilterGroupsConfig:
     (DAPO 0.055) and held-out accuracy to 0.359 +- 0.001 (DAPO 0.404 +- 0.008, same seeds)."""
     history_norm_by_std: bool = True
     """`history_baseline`: divide a pooled group's advantages by the pool's std as GRPO does (True), or only
-    centre them (False: Dr. GRPO's form, Liu et al. 2025, arXiv 2503.20783), so that an all-right group of a prompt
-    the policy already gets right nearly every time moves it by 1 - mean (small), not by (1 - mean) / std
-    (large as the std shrinks). Mixed groups keep `algorithm.norm_adv_by_std_in_grpo`. Measured (`dapo ablate
-    zero_waste_epochs`, README "Training on the all-agreeing groups"): alone, no clear change (held-out 0.332, one seed);
-    with DAPO's optimizer updates per sample (96 groups a step) 0.369 +- 0.020 at 6.7-8.0% waste, DAPO 0.403 +-
-    0.006 (three seeds each)."""
+    centre them (False: without the std division, as Dr. GRPO drops it, Liu et al. 2025, arXiv 2503.20783), so that
+    an all-right group of a prompt the policy already gets right nearly every time moves it by 1 - mean (small), not
+    by (1 - mean) / std (large as the std shrinks). Mixed groups keep `algorithm.norm_adv_by_std_in_grpo`.
+    Measured (`dapo ablate zero_waste_epochs`, README "Training on the all-agreeing groups"): alone, no clear
+    change (held-out 0.332, one seed); with DAPO's optimizer updates per sample (96 groups a step) 0.369 +- 0.020
+    at 6.7-8.0% waste, DAPO 0.403 +- 0.006 (three seeds each)."""
     history_max_age: int = 8
     """How many steps back `history_baseline` pools a prompt's groups (the policy changes, so an old group is a
     worse baseline)."""
