@@ -470,20 +470,24 @@ def test_prioritized_draws_leave_out_the_carried_prompts(parts):
     assert carried, "no step carried a group: the test did not test the carry"
 
 
+def _mixed_and_pooled(ds, mixed: list[float]) -> list:
+    """A group with rewards `mixed`, then an all-correct group of 4 with history (1, -1, -1, 1), both on sample 0."""
+    from dapo_rl.collect import PromptGroup, Rollout
+
+    mk = lambda r: Rollout(ds.samples[0], 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
+    return [
+        PromptGroup((1, 0), [mk(r) for r in mixed]),
+        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
+    ]
+
+
 def test_history_baseline_pools_the_previous_group_by_hand(parts):
     """An all-correct group [1, 1, 1, 1] pooled with its prompt's previous group [1, -1, -1, 1]: the 8 scores have
     mean 0.5 and unbiased std sqrt(6 / 7) = 0.92582, so each of the 4 new responses gets 0.5 / 0.92582 = 0.54006
     (Dr. GRPO, no std: 0.5); a mixed group beside it, [1, -1, -1, -1], keeps its own GRPO advantages
     [1.5, -0.5, -0.5, -0.5] (mean -0.5, std 1). The history adds no rows."""
-    from dapo_rl.collect import PromptGroup, Rollout
-
     tok, _, ds = parts
-    s = ds.samples[0]
-    mk = lambda r: Rollout(s, 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
-    groups = [
-        PromptGroup((1, 0), [mk(1.0), mk(-1.0), mk(-1.0), mk(-1.0)]),
-        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
-    ]
+    groups = _mixed_and_pooled(ds, [1.0, -1.0, -1.0, -1.0])
     cfg = _cfg("first_byte_parity", "actor.shuffle=false", "actor.ppo_mini_batch_size=2")
     batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
     assert len(batch) == 8
@@ -499,15 +503,8 @@ def test_history_norm_by_std_false_centres_only_the_pooled_groups(parts):
     """`history_norm_by_std=false`: the pooled all-correct group of the test above gets 1 - 0.5 = 0.5 per response
     (not 0.54006), while a mixed group [1, 1, -1, -1] beside it keeps GRPO's division by its std sqrt(4 / 3):
     +-1 / 1.15470 = +-0.86603."""
-    from dapo_rl.collect import PromptGroup, Rollout
-
     tok, _, ds = parts
-    s = ds.samples[0]
-    mk = lambda r: Rollout(s, 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
-    groups = [
-        PromptGroup((1, 0), [mk(1.0), mk(1.0), mk(-1.0), mk(-1.0)]),
-        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
-    ]
+    groups = _mixed_and_pooled(ds, [1.0, 1.0, -1.0, -1.0])
     on = "algorithm.filter_groups.history_norm_by_std=false"
     batch = make_train_batch(
         groups, _cfg("first_byte_parity", "actor.shuffle=false", on), tok.pad_token_id, 1
