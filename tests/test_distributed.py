@@ -190,3 +190,78 @@ def test_bf16_compute_with_fp32_weights_on_cuda(model_dir):
     actor.update(batch)
     assert all(p.dtype == torch.float32 and p.is_cuda for p in actor.model.parameters())
     assert all(s["exp_avg"].dtype == torch.float32 for s in actor.optimizer.state.values())
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory in bytes (Linux `VmHWM`)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def _reset_peak_rss() -> int:
+    """Reset the peak to the current resident memory (Linux: `5` into `/proc/self/clear_refs`); returns it."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _peak_rss()
+
+
+def _load_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str):
+    """Rank `rank` builds the actor (meta model, shards, rank 0 broadcasts) and reports its peak RSS growth and its
+    full parameters (gathered)."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
+    ctx = init_distributed("cpu")
+    try:
+        from transformers import AutoConfig
+
+        AutoConfig.from_pretrained(model_dir)  # transformers' lazy imports happen before the baseline
+        before = _reset_peak_rss()
+        actor = Actor(model_dir, ActorConfig(), AlgorithmConfig(), ctx)
+        grown = _peak_rss() - before
+        local = sum(p.to_local().numel() * p.element_size() for p in actor.model.parameters())
+        full = {k: v.clone() for k, v in actor.engine_weights()}
+        buffers = {k: v.clone() for k, v in actor.model.named_buffers()}
+        torch.save(
+            {"grown": grown, "local": local, "params": full, "buffers": buffers},
+            os.path.join(out_dir, f"r{rank}.pt"),
+        )
+    finally:
+        shutdown(ctx)
+
+
+def test_two_ranks_build_the_model_from_rank_0_without_a_full_copy_each(tmp_path):
+    """Every rank builds the model on `meta`, shards it and receives its slices from rank 0: the parameters (and the
+    rotary buffers outside the state dict) equal a plain `from_pretrained`, and rank 1's peak memory grows by about
+    its half of the model, not by the whole model (as it did when every rank loaded the checkpoint)."""
+    from dapo_rl.models.tiny import build_tiny_model as build
+
+    model = build(seed=5, hidden_size=512, num_layers=8, intermediate_size=2048)  # 25M params, 100 MB
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    build_tiny_tokenizer().save_pretrained(model_dir)
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    want = {k: v.clone() for k, v in model.state_dict().items()}
+    want_buffers = {k: v.clone() for k, v in model.named_buffers()}
+    del model
+    mp.start_processes(
+        _load_rank_main, args=(2, _free_port(), str(model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
+    r0, r1 = (torch.load(tmp_path / f"r{r}.pt", weights_only=True) for r in (0, 1))
+    for got in (r0, r1):
+        assert set(got["params"]) == set(want)
+        assert all(torch.equal(got["params"][k], v) for k, v in want.items())
+        assert set(got["buffers"]) == set(want_buffers)
+        assert all(torch.equal(got["buffers"][k], v) for k, v in want_buffers.items())
+    print(
+        f"model {size / 2**20:.0f} MiB; peak RSS growth while building the actor: rank 0 {r0['grown'] / 2**20:.0f} "
+        f"MiB, rank 1 {r1['grown'] / 2**20:.0f} MiB (its shard: {r1['local'] / 2**20:.0f} MiB)"
+    )
+    assert r1["local"] <= 0.55 * size
+    assert r1["grown"] < 0.75 * size  # a full copy would be >= size
+    assert r0["grown"] >= size  # rank 0 reads the whole checkpoint (into host memory)

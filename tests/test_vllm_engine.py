@@ -111,3 +111,66 @@ def test_copies_of_a_prompt_draw_different_samples(setup):
     assert len({tuple(s) for s in samples}) == 4  # four distinct responses, not two copies of one group
     again = engine.generate([p, p], params)
     assert [o.token_ids for g in again for o in g] == samples
+
+
+def test_generate_chunks_keep_all_n_samples_of_every_prompt(setup):
+    """`reward.overlap` streams requests added to the engine directly; with n > 1 each finished request must carry
+    its n samples (vLLM's default CUMULATIVE output kind would hand back only the last child: groups of one)."""
+    tok, model, engine, _ = setup
+    engine.update_weights(model.state_dict().items())
+    prompts = [tok(f"{a} + {a + 3} =\n")["input_ids"] for a in range(6)]
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=21)
+    whole = engine.generate(prompts, params)
+    engine.max_num_seqs = 8  # chunks of 2 prompts x 4 samples
+    try:
+        chunks = list(engine.generate_chunks(prompts, params))
+    finally:
+        engine.max_num_seqs = None
+    flat = [g for c in chunks for g in c]
+    assert [len(g) for g in flat] == [4] * 6
+    assert [[o.token_ids for o in g] for g in flat] == [[o.token_ids for o in g] for g in whole]
+    assert all(len({tuple(o.token_ids) for o in g}) > 1 for g in flat)  # n distinct draws, not one copied
+
+
+def test_the_pushed_names_match_the_engine_parameters(setup):
+    """The start-up check of the weight push: the actor's names map one to one onto vLLM's fused parameters; a
+    renamed key and a key never pushed are errors that name them."""
+    tok, model, engine, _ = setup
+    names = list(model.state_dict())
+    engine.check_weight_names(names)  # the tiny model's names: q/k/v and gate/up fused by vLLM, lm_head tied
+    renamed = [n.replace("layers.1.mlp.gate_proj", "layers.1.mlp.gate") for n in names]
+    with pytest.raises(ValueError) as e:
+        engine.check_weight_names(renamed)
+    msg = str(e.value)
+    assert "model.layers.1.mlp.gate.weight" in msg  # pushed, no engine parameter takes it
+    assert "model.layers.1.mlp.gate_up_proj.weight" not in msg  # up_proj still fills the fused parameter
+    without = [n for n in names if n != "model.norm.weight"]
+    with pytest.raises(
+        ValueError, match=r"1 engine parameter\(s\) would never be updated: model.norm.weight"
+    ):
+        engine.check_weight_names(without)
+
+
+@pytest.mark.slow
+def test_one_dapo_train_step_on_vllm_with_overlapped_scoring(base_model, tmp_path):
+    """`dapo train` on the vLLM engine with `reward.overlap=true` and n=8 (a GPU's defaults): every prompt's group
+    has 8 responses, the step exits 0, and the probe after the weight push finds the engine and the actor agree."""
+    from e2e import dapo, rows_of, run_args
+
+    run = tmp_path / "run"
+    args = run_args(base_model, run, "rollout.name=vllm", "reward.overlap=true", "rollout.n=8")
+    args = [a for a in args if not a.startswith(("trainer.total_training_steps", "trainer.test_freq"))]
+    r = dapo(
+        *args,
+        "trainer.total_training_steps=1",
+        "trainer.test_freq=0",
+        "rollout.micro_batch_size=16",  # vLLM's max_num_seqs: rounds stream in chunks of 2 prompts x 8
+        "rollout.kv_cache_gib=1",
+        env_extra={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = [x for x in rows_of(run) if x["step"] == 1]
+    print({k: row[k] for k in ("train/gen_samples", "train/gen_prompts", "rollout_corr/sync_logprob_gap")})
+    assert row["train/gen_samples"] == 8 * row["train/gen_prompts"] > 0
+    assert row["train/kept_groups"] == 8  # data.train_batch_size: groups whose 8 answers disagree exist
+    assert row["rollout_corr/sync_logprob_gap"] < 1e-3  # fp32 engine and actor on the pushed weights

@@ -253,21 +253,28 @@ class Actor:
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy_loss = get_policy_loss(algo.policy_loss.loss_mode)
-        model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
-            self.ctx.device
-        )
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg.autocast_dtype == "auto":  # the trainer resolves it first (and logs why); a direct caller here
             cfg = replace(cfg, autocast_dtype=choose_autocast_dtype("auto", self.ctx.device)[0])
             self.cfg = cfg
         bf16 = cfg.autocast_dtype == "bfloat16"
-        if self.ctx.distributed:
-            from dapo_rl.distributed.fsdp import shard_model
-
-            shard_model(model, self.ctx.mesh, torch.bfloat16 if bf16 else None)
+        if self.ctx.sharded:
+            model = load_sharded_model(
+                model_path,
+                self.ctx,
+                dtype,
+                trust_remote_code,
+                attn_implementation,
+                compute_dtype=torch.bfloat16 if bf16 else None,
+                gradient_checkpointing=cfg.gradient_checkpointing,
+            )
+        else:
+            model = load_model(
+                model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
+            ).to(self.ctx.device)
+            if cfg.gradient_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
-        self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.distributed else None
+        self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.sharded else None
         self.model = model
         attn = str(getattr(model.config, "_attn_implementation", "") or "")
         self.remove_padding = (
@@ -358,13 +365,11 @@ class Actor:
                 / self.temperature
             )
             labels = mb.input_ids.gather(1, pos + 1)
+        del logits  # the compute-dtype logits (and the padded path's gathered copy) are not needed any more
         labels = labels.to(dev)
         inside = (steps < (lens - mb.prompt_lens).unsqueeze(1)).to(dev)  # positions past a response hold 0
         logp = torch.where(inside, logprobs_from_logits(resp_logits, labels), 0.0)
-        ent = None
-        if with_entropy:
-            with torch.no_grad():
-                ent = entropy_from_logits(resp_logits)
+        ent = chunked_entropy(resp_logits) if with_entropy else None
         return logp, ent
 
     @staticmethod
@@ -445,10 +450,7 @@ class Actor:
             )
         resp_logits = torch.cat([first[owner.to(dev)].unsqueeze(1), rest], dim=1).float() / self.temperature
         logp = torch.where(inside.to(dev), logprobs_from_logits(resp_logits, r_ids.to(dev)), 0.0)
-        ent = None
-        if with_entropy:
-            with torch.no_grad():
-                ent = entropy_from_logits(resp_logits)
+        ent = chunked_entropy(resp_logits) if with_entropy else None
         return logp, ent
 
     def micro_batches(
@@ -622,6 +624,8 @@ class Actor:
                 else:
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
+        # the gradients would otherwise stay allocated through the rollout, where vLLM wants the memory
+        self.optimizer.zero_grad(set_to_none=True)
         lr = self.optimizer.param_groups[0]["lr"]  # the rate these updates used
         self.scheduler.step()
         keys = sorted(sums)
@@ -643,29 +647,34 @@ class Actor:
         return out
 
     # ------------------------------------------------------------------------------------- weights and state
-    def engine_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def engine_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """`(Hugging Face name, full tensor)` pairs of the model's state dict, one tensor at a time, for a rollout
         engine.
 
         Under FSDP2 each parameter is all-gathered (`DTensor.full_tensor()`) only when its turn comes, so no rank
         ever holds the whole unsharded model twice; every rank must consume the iterator to the end (it is a
         collective). Tied weights come under both names (vLLM's in-place reload needs `lm_head.weight` too) but are
-        gathered once.
+        gathered once; ties are found by parameter identity (`named_parameters(remove_duplicate=False)`), the same
+        on every rank whatever its local shard holds.
+
+        Args:
+            dtype: cast each local shard to this dtype before the gather (`torch.bfloat16` for an engine that
+                samples in bf16: half the all-gather traffic, and the engine would round to it anyway); None keeps
+                the parameters' dtype.
         """
         from collections import Counter
 
         with torch.no_grad():
             state = self.model.state_dict()
-
-            def storage(t: torch.Tensor) -> tuple:  # tied names share one storage
-                return (_local(t).data_ptr(), tuple(t.shape))
-
-            shared = {k for k, c in Counter(storage(t) for t in state.values()).items() if c > 1}
-            cache: dict[tuple, torch.Tensor] = {}
+            owner = {n: id(p) for n, p in self.model.named_parameters(remove_duplicate=False)}
+            shared = {k for k, c in Counter(owner.values()).items() if c > 1}
+            cache: dict[int, torch.Tensor] = {}
             for name, t in state.items():
-                key = storage(t)
-                full = cache.get(key)
+                key = owner.get(name)  # None: a buffer
+                full = cache.get(key) if key is not None else None
                 if full is None:
+                    if dtype is not None and t.is_floating_point():
+                        t = t.to(dtype)  # on a DTensor: each rank casts its own shard
                     full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
                     if key in shared:
                         cache[key] = full
@@ -694,7 +703,7 @@ class Actor:
         if bad:
             raise NonFiniteWeights(f"non-finite weights in {', '.join(bad[:3])}")
         path = Path(path)
-        if self.ctx.distributed:
+        if self.ctx.sharded:
             full = get_model_state_dict(
                 self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
@@ -705,7 +714,7 @@ class Actor:
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
         del full
         with _single_process_dcp(self.ctx):
-            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
+            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore model, optimizer and scheduler from `save`'s `dcp/` (at any world size; a collective).
@@ -724,7 +733,7 @@ class Actor:
             )
         state = self._dcp_state()
         with _single_process_dcp(self.ctx):
-            dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.distributed)
+            dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
         )
@@ -737,12 +746,108 @@ class Actor:
         return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
 
 
+ENTROPY_CHUNK_TOKENS = 1024
+"""Positions whose full-vocabulary entropy is computed at once: the temporaries (log-softmax, its exp, their product)
+are 3 x this x vocabulary fp32 values (1.7 GiB at Qwen2.5's 152k vocabulary) instead of 3 x every response
+position of the micro-batch (verl: `entropy_from_logits_with_chunking`, 2048)."""
+
+
+@torch.no_grad()
+def chunked_entropy(logits: torch.Tensor, chunk: int = ENTROPY_CHUNK_TOKENS) -> torch.Tensor:
+    """`entropy_from_logits` over `(..., V)` logits, `chunk` positions at a time, without gradient (the entropy is
+    a metric: DAPO has no entropy bonus).
+
+    Returns:
+        `(...)` entropy in nats, dtype of `logits`.
+    """
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
+    for s in range(0, flat.shape[0], chunk):
+        out[s : s + chunk] = entropy_from_logits(flat[s : s + chunk])
+    return out.view(logits.shape[:-1])
+
+
+def load_sharded_model(
+    path: str,
+    ctx: DistContext,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    *,
+    compute_dtype: torch.dtype | None = None,
+    gradient_checkpointing: bool = False,
+):
+    """A checkpoint's causal LM, FSDP2-sharded over `ctx.mesh`, without any rank holding the whole model on its
+    device: every rank builds the model on the `meta` device (no memory), shards it (`fully_shard`), allocates its
+    own shards (`to_empty`), and rank 0, the only one that reads the checkpoint (into host memory), broadcasts
+    each parameter while every rank keeps its slice (`set_model_state_dict(..., full_state_dict=True,
+    broadcast_from_rank0=True)`, as verl's `fsdp2_load_full_state_dict`). Buffers outside the state dict (rotary
+    `inv_freq`) are broadcast from rank 0 too. A collective: every rank calls it.
+
+    Args:
+        path: local Hugging Face checkpoint directory.
+        ctx: this rank (its `mesh` and `device`).
+        dtype: parameter dtype (`model.dtype`).
+        trust_remote_code: `model.trust_remote_code`.
+        attn_implementation: transformers' attention kernel, or None.
+        compute_dtype: FSDP2 mixed-precision compute dtype (`dapo_rl.distributed.fsdp.shard_model`).
+        gradient_checkpointing: enable transformers' non-reentrant activation checkpointing.
+
+    Raises:
+        ConfigError: the checkpoint cannot be read (on any rank: the error reaches every rank).
+    """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dapo_rl.distributed.fsdp import shard_model
+
+    full, failure = None, None
+    try:
+        if ctx.is_main:
+            full = load_model(path, dtype, trust_remote_code, attn_implementation=attn_implementation)
+            config = full.config
+        else:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (ConfigError, OSError, ValueError) as e:
+        failure = e
+    bad = all_reduce([float(failure is not None)], ctx, op="max")[0] > 0
+    if bad:
+        raise (
+            failure
+            if isinstance(failure, ConfigError)
+            else ConfigError(
+                f"model.path={path}: cannot load a causal LM from it ({failure or 'failed on another rank'})"
+            )
+        )
+    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
+        )
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    shard_model(model, ctx.mesh, compute_dtype)
+    model.to_empty(device=ctx.device)
+    state = full.state_dict() if full is not None else {}
+    set_model_state_dict(
+        model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    source = dict(full.named_buffers()) if full is not None else {}
+    for name, buf in model.named_buffers():
+        if ctx.is_main:
+            buf.copy_(source[name].to(buf.device))
+        dist.broadcast(buf, src=0)
+    del full, state, source
+    return model
+
+
 @contextlib.contextmanager
 def _single_process_dcp(ctx: DistContext):
     """torch.distributed.checkpoint warns on every call without a process group, although `no_dist=True` says that
     one process is meant; one process is the ordinary case here, so that warning is silenced (and only it)."""
     with warnings.catch_warnings():
-        if not ctx.distributed:
+        if not ctx.sharded:
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         yield
 

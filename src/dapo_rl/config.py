@@ -368,10 +368,18 @@ class RolloutConfig:
     """vLLM on GPUs: ranks that hold one engine together (tensor parallel); must divide the world size. Each
     group of this many consecutive ranks shares one colocated engine (`distributed_executor_backend=
     "external_launcher"`)."""
-    sleep_level: int = 1
-    """vLLM on GPUs: free the engine's memory during the actor update (`enable_sleep_mode`): 1 offloads weights to CPU
-    memory and drops the KV cache, 2 drops both (the new weights are pushed anyway); 0 keeps the engine awake.
-    Ignored on CPU, where vLLM has no sleep mode."""
+    sleep_level: int = 2
+    """vLLM on GPUs: free the engine's memory during the actor update (`enable_sleep_mode`): 2 drops weights and KV
+    cache (every parameter is pushed again after the update, and the push checks at start-up that none is missed),
+    1 also copies the weights out to pinned CPU memory and back on every step only for the push to overwrite them
+    (verl and TRL sleep at level 2); 0 keeps the engine awake. Ignored on CPU, where vLLM has no sleep mode."""
+    enforce_eager: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """vLLM: run without CUDA graphs (vLLM's `enforce_eager`). null: eager on CPU, CUDA graphs on GPUs (faster
+    decoding, slower start)."""
+    seed_per_request: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
+    """vLLM: seed every request of a round on its own (reproducible rounds, whatever the engine batches together).
+    vLLM then samples request by request, which slows decoding of many sequences on GPUs. null: on for CPU, off on
+    GPUs (there the engine's seeded generator draws for the batch, so a resumed run samples differently)."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
@@ -972,6 +980,8 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "trainer.n_gpus_per_node",
     "rollout.tensor_model_parallel_size",
     "rollout.sleep_level",
+    "rollout.enforce_eager",
+    "rollout.seed_per_request",
     "actor.gradient_checkpointing",
     "model.size_hint",
     "reward.num_workers",

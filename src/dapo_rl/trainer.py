@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from dapo_rl.actor import Actor, NonFiniteWeights, load_tokenizer, model_context_length
+from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch, load_tokenizer, model_context_length
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
     latest_checkpoint,
@@ -173,6 +173,17 @@ class Trainer:
             )
         except ValueError as e:
             raise ConfigError(str(e)) from e
+        # the engine holds bf16 weights under bf16 compute: push bf16 (half the all-gather traffic under FSDP2)
+        self._push_dtype = torch.bfloat16 if bf16 else None
+        check_names = getattr(self.engine, "check_weight_names", None)
+        if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
+            try:
+                check_names(list(self.actor.model.state_dict()))
+            except ValueError as e:
+                raise ConfigError(f"rollout.name={cfg.rollout.name}: {e}") from e
+        # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
+        # of a tensor-parallel group: give each rank its own stream back
+        seed_everything(cfg.trainer.seed + ctx.rank)
         self.pool = RewardPool(cfg.reward.name, cfg.reward.num_workers, cfg.reward.timeout_s)
         self.scorer = Scorer(
             self.tokenizer,
@@ -483,8 +494,9 @@ class Trainer:
         upd = self.actor.update(batch)
         crash_point("update", self.step, ctx.rank)
         t2 = time.perf_counter()
-        self.engine.update_weights(self.actor.engine_weights())
+        self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
         t3 = time.perf_counter()
+        sync_gap = self.sync_logprob_gap()
         tokens = all_reduce([float(batch.attention_mask.sum())], ctx)[0]
         metrics = dict(stats)
         metrics["data/skipped_rows"] = self.skipped_rows
@@ -501,6 +513,7 @@ class Trainer:
         metrics["train/lr"] = upd["actor/lr"]
         metrics["train/skipped_updates"] = upd["actor/num_skipped_steps"]
         metrics.update({k: v for k, v in upd.items() if k.startswith("rollout_corr/")})
+        metrics["rollout_corr/sync_logprob_gap"] = sync_gap
         score_s = self.scorer.seconds - scored_before
         metrics["time/score_s"] = score_s  # overlaps time/generate_s (from collect_batch) with reward.overlap
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
@@ -512,6 +525,35 @@ class Trainer:
         if self.campo is not None:
             metrics.update(self.campo.metrics())
         return metrics
+
+    def sync_logprob_gap(self, max_tokens: int = 8) -> float:
+        """After a weight push: the largest |engine - actor| log-prob over a few tokens the engine samples for the
+        first training prompt (cut to 64 tokens), the max over ranks (each rank probes its own engine). Near 0
+        (float32: ~1e-5; bfloat16: ~1e-2) when the engine holds the actor's weights; a push that left stale or
+        misplaced weights shows as a gap of order 1. Logged as `rollout_corr/sync_logprob_gap`. A collective."""
+        prompt = self.train_data.prompt_ids[0][:64] if len(self.train_data.prompt_ids) else []
+        gap = 0.0
+        if prompt:
+            params = SamplingParams(
+                n=1,
+                temperature=self.cfg.rollout.temperature,
+                max_tokens=max_tokens,
+                seed=self.cfg.trainer.seed + 104729,
+            )
+            out = self.engine.generate([prompt], params)[0][0]
+            if out.token_ids:
+                probe = TrainBatch.build(
+                    [prompt], [out.token_ids], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
+                )
+                actor = self.actor.compute_log_prob(probe)[0, : len(out.token_ids)]
+                gap = float((actor - torch.tensor(out.logprobs, dtype=torch.float32)).abs().max())
+            else:  # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare
+                self.actor.compute_log_prob(
+                    TrainBatch.build(
+                        [prompt], [[]], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
+                    )
+                )
+        return all_reduce([gap], self.ctx, op="max")[0]
 
     def fit(self) -> list[dict]:
         """Train `trainer.total_training_steps` steps (from the resumed step), validating and checkpointing as
@@ -695,5 +737,10 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
         print(f"{prefix}dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     finally:
+        close = getattr(getattr(trainer, "engine", None), "close", None)
+        if (
+            close is not None
+        ):  # vLLM's groups go before torch.distributed's (a finished job could hang at exit)
+            close()
         if ctx is not None:
             shutdown(ctx)

