@@ -174,3 +174,59 @@ def test_one_dapo_train_step_on_vllm_with_overlapped_scoring(base_model, tmp_pat
     assert row["train/gen_samples"] == 8 * row["train/gen_prompts"] > 0
     assert row["train/kept_groups"] == 8  # data.train_batch_size: groups whose 8 answers disagree exist
     assert row["rollout_corr/sync_logprob_gap"] < 1e-3  # fp32 engine and actor on the pushed weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp", [1, 2])
+def test_two_ranks_each_with_a_colocated_vllm_engine(tmp_path, tp):
+    """The per-rank GPU layout on this CPU: 2 gloo ranks (torchrun), FSDP2, vLLM colocated in each rank through
+    `external_launcher` (tp=1: an engine per rank; tp=2: one engine across both ranks, prompts gathered), the
+    FSDP2 weight push into each engine, and validation with one problem for two ranks: under tp=2 the rank with
+    no problem must still join the group's `generate` (it used to leave its peer waiting forever)."""
+    import subprocess
+    import sys
+
+    from e2e import rows_of
+
+    model = tmp_path / "tiny"
+    build_tiny_model(seed=0, max_position_embeddings=512).save_pretrained(model)
+    build_tiny_tokenizer().save_pretrained(model)
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    r = subprocess.run(
+        [
+            *cmd,
+            "-m",
+            "dapo_rl.cli",
+            "train",
+            f"model.path={model}",
+            f"trainer.output_dir={run}",
+            "rollout.name=vllm",
+            f"rollout.tensor_model_parallel_size={tp}",
+            "rollout.kv_cache_gib=1",
+            "rollout.n=4",
+            "data.train_reasoning_gym.size=64",
+            "data.val_reasoning_gym.size=1",  # fewer validation problems than ranks
+            "data.train_batch_size=4",
+            "data.gen_batch_size=4",
+            "data.max_response_length=8",
+            "actor.ppo_mini_batch_size=4",
+            "actor.autocast_dtype=none",
+            "model.attn_implementation=sdpa",
+            "algorithm.filter_groups.enable=false",  # a random model: every group is all wrong
+            "trainer.total_training_steps=1",
+            "trainer.test_freq=1",
+            "trainer.save_freq=-1",
+            "trainer.progress_bar=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = rows_of(run)
+    assert [x["step"] for x in rows] == [0, 1]
+    assert rows[0]["val/chain_sum/response_length_mean"] == 8.0  # the one problem was sampled
+    assert rows[1]["train/gen_samples"] == 16  # 4 prompts x 4 on two ranks
+    assert rows[1]["rollout_corr/sync_logprob_gap"] < 1e-3  # each engine holds the FSDP2 actor's weights

