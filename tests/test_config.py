@@ -183,3 +183,16 @@ def test_a_recipe_builds_on_a_base(tmp_path):
     (tmp_path / "d.yaml").write_text("base: tiny_chain_steps\nactor: {lrr: 1}\n")
     with pytest.raises(ConfigError, match=r"actor.lrr"):
         load_config(str(tmp_path / "d.yaml"))
+
+
+def test_bf16_weights_are_refused_where_adamw_steps_would_round_away():
+    """A 1e-6 step on a weight of 0.02 is 5e-5 of it, below bf16's half-spacing (2^-9): nothing would train."""
+    import torch
+
+    w = torch.tensor(0.02, dtype=torch.bfloat16)
+    assert w - 1e-6 == w and w - 1e-4 != w  # the arithmetic behind the threshold
+    with pytest.raises(
+        ConfigError, match=r"model.dtype=bfloat16 with actor.lr=1e-06: bf16 weights cannot take"
+    ):
+        load_config(None, ["model.dtype=bfloat16", "actor.lr=1e-6"])
+    load_config(None, ["model.dtype=bfloat16", "actor.lr=1e-3"])  # large steps do land

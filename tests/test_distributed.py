@@ -265,3 +265,35 @@ def test_two_ranks_build_the_model_from_rank_0_without_a_full_copy_each(tmp_path
     assert r1["local"] <= 0.55 * size
     assert r1["grown"] < 0.75 * size  # a full copy would be >= size
     assert r0["grown"] >= size  # rank 0 reads the whole checkpoint (into host memory)
+
+
+def test_ray_workers_take_gpus_from_the_cluster_not_from_the_driver():
+    """The driver of `ray job submit` (or a CPU head node) sees no CUDA; whether workers take a GPU comes from
+    `trainer.device` and the cluster's GPUs."""
+    from dapo_rl.config import ConfigError
+    from dapo_rl.distributed.launch import ray_use_gpu
+
+    assert ray_use_gpu("cuda", 16.0, 16) is True  # this driver has no CUDA at all
+    assert ray_use_gpu("auto", 16.0, 16) is True
+    assert ray_use_gpu("auto", 0.0, 2) is False  # a CPU cluster: gloo workers
+    assert ray_use_gpu("cpu", 16.0, 16) is False
+    with pytest.raises(ConfigError, match=r"the Ray cluster has 8 GPU\(s\)"):
+        ray_use_gpu("cuda", 8.0, 16)
+
+
+def test_a_bf16_export_is_written_in_bf16_and_loads(model_dir, tmp_path):
+    """`Actor.export_dtype=bfloat16` (the trainer's choice under bf16 compute): `model/` holds bf16 tensors, half the
+    bytes, equal to the fp32 weights rounded; the tied head is stored once and `from_pretrained` restores it."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    actor = Actor(str(model_dir), ActorConfig(), AlgorithmConfig())
+    actor.export_dtype = torch.bfloat16
+    actor.save(tmp_path / "ckpt")
+    with safe_open(str(tmp_path / "ckpt" / "model" / "model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}
+        assert "lm_head.weight" not in set(f.keys())  # tied: stored once
+    assert dtypes == {torch.bfloat16}
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model", dtype=torch.float32)
+    for k, v in actor.model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v.to(torch.bfloat16).float()), k

@@ -253,6 +253,8 @@ class Actor:
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy_loss = get_policy_loss(algo.policy_loss.loss_mode)
+        # dtype of the Hugging Face export `save` writes (None: the parameters'); the trainer sets the engine's
+        self.export_dtype: torch.dtype | None = None
         if cfg.autocast_dtype == "auto":  # the trainer resolves it first (and logs why); a direct caller here
             cfg = replace(cfg, autocast_dtype=choose_autocast_dtype("auto", self.ctx.device)[0])
             self.cfg = cfg
@@ -688,8 +690,9 @@ class Actor:
     def save(self, path: str | os.PathLike) -> None:
         """Write the actor's state under `path` (a collective: every rank calls it).
 
-        - `model/`: the full weights as a Hugging Face checkpoint (safetensors, written by rank 0), so that
-          `from_pretrained` and vLLM load it;
+        - `model/`: the full weights as a Hugging Face checkpoint (safetensors, written by rank 0 after the
+          collective save), so that `from_pretrained` and vLLM load it; in `export_dtype` (bf16 under bf16
+          compute, what vLLM samples with: half the size of fp32);
         - `dcp/`: model, optimizer and scheduler as a `torch.distributed.checkpoint`, every rank writing its
           shards; reshardable, so a run saved at N ranks loads at M.
 
@@ -697,24 +700,35 @@ class Actor:
             NonFiniteWeights: a parameter holds NaN or inf (nothing is written).
         """
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         bad = self.nonfinite_parameters()
         if bad:
             raise NonFiniteWeights(f"non-finite weights in {', '.join(bad[:3])}")
         path = Path(path)
-        if self.ctx.sharded:
-            full = get_model_state_dict(
-                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
-        else:
-            full = self.model.state_dict()
+        tied = self._tied_names()
+        full: dict[str, torch.Tensor] = {}
+        for name, t in self.engine_weights(self.export_dtype):  # a collective under FSDP2: every rank gathers
+            if self.ctx.is_main:
+                full[name] = full[tied[name]] if name in tied else t.cpu()
+        with _single_process_dcp(self.ctx):
+            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
+        # rank 0 writes the export after the collective save: the other ranks wait at the caller's barrier on the
+        # CPU group (long timeout), not inside a GPU collective
         if self.ctx.is_main:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
         del full
-        with _single_process_dcp(self.ctx):
-            dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
+
+    def _tied_names(self) -> dict[str, str]:
+        """`{name: first name}` for every parameter name after the first of a tied group (found by identity)."""
+        first: dict[int, str] = {}
+        out = {}
+        for n, p in self.model.named_parameters(remove_duplicate=False):
+            if id(p) in first:
+                out[n] = first[id(p)]
+            else:
+                first[id(p)] = n
+        return out
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore model, optimizer and scheduler from `save`'s `dcp/` (at any world size; a collective).

@@ -760,6 +760,10 @@ def _validate_campo(a: AlgorithmConfig, max_response_length: int) -> None:
         raise ConfigError(f"algorithm.campo.saturation_window={c.saturation_window} must be >= 1")
 
 
+BF16_WEIGHTS_MIN_LR = 1e-4
+"""Below this learning rate `model.dtype=bfloat16` is refused: AdamW's updates would round away in bf16 weights."""
+
+
 def validate_config(cfg: Config) -> None:
     """Check values that types alone cannot (choices, ranges, batch arithmetic), before any heavy work.
 
@@ -781,6 +785,14 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(
             "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
             "actor.gradient_checkpointing"
+        )
+    if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR:
+        # AdamW's step is about lr in size; on a weight of magnitude ~0.02 a step of 1e-6 is 5e-5 of it, far below
+        # bf16's half-spacing (2^-9 = 2e-3 relative): every update rounds back to the old weight
+        raise ConfigError(
+            f"model.dtype=bfloat16 with actor.lr={act.lr}: bf16 weights cannot take updates this small (they round "
+            f"away below about lr {BF16_WEIGHTS_MIN_LR:g}), so the policy would never change. Keep model.dtype="
+            "float32 and set actor.autocast_dtype=bfloat16 (bf16 compute, fp32 weights and optimizer state)"
         )
     if not cfg.model.attn_implementation.strip():
         raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")

@@ -175,6 +175,7 @@ class Trainer:
             raise ConfigError(str(e)) from e
         # the engine holds bf16 weights under bf16 compute: push bf16 (half the all-gather traffic under FSDP2)
         self._push_dtype = torch.bfloat16 if bf16 else None
+        self.actor.export_dtype = self._push_dtype  # checkpoints' model/ in what the engine samples with
         check_names = getattr(self.engine, "check_weight_names", None)
         if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:

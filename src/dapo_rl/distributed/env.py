@@ -29,6 +29,9 @@ class DistContext:
         local_rank: rank on this machine (selects `cuda:<local_rank>`).
         device: the device model, batches and log-prob math live on.
         mesh: the 1-D data-parallel `DeviceMesh` FSDP2 shards over, or None in one process.
+        cpu_group: a gloo process group over all ranks for object collectives and barriers (pickles travel
+            through host memory, not through GPU buffers next to vLLM's; its timeout, `CPU_GROUP_TIMEOUT_S`,
+            outlasts rank 0's Hugging Face export); None: the default group.
     """
 
     rank: int = 0
@@ -36,6 +39,7 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     mesh: Any = None
+    cpu_group: Any = None
 
     @property
     def is_main(self) -> bool:
@@ -87,6 +91,11 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+CPU_GROUP_TIMEOUT_S = 4 * 3600.0
+"""Timeout of `DistContext.cpu_group`: a barrier there waits for rank 0 writing a checkpoint's Hugging Face export
+(61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open."""
+
+
 def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
     """Join the job the launcher started (or stay one process) and pick this rank's device.
 
@@ -116,7 +125,8 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistCon
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
-    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dev, mesh)
+    cpu_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=max(timeout_s, CPU_GROUP_TIMEOUT_S)))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dev, mesh, cpu_group)
 
 
 def shutdown(ctx: DistContext) -> None:
@@ -142,18 +152,18 @@ def all_reduce(values: list[float], ctx: DistContext, op: str = "sum") -> list[f
 
 
 def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
-    """Every rank's `obj` (picklable), in rank order; `[obj]` in one process."""
+    """Every rank's `obj` (picklable), in rank order, through `ctx.cpu_group`; `[obj]` in one process."""
     if not ctx.distributed:
         return [obj]
     out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, obj, group=ctx.cpu_group)
     return out
 
 
 def barrier(ctx: DistContext) -> None:
-    """Wait for every rank (no-op in one process)."""
+    """Wait for every rank, on `ctx.cpu_group` (no-op in one process)."""
     if ctx.distributed:
-        dist.barrier()
+        dist.barrier(group=ctx.cpu_group)
 
 
 def _comm_device(ctx: DistContext) -> torch.device:

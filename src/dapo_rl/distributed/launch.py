@@ -108,6 +108,32 @@ def _ray_worker(config: dict) -> None:
     ray.train.report({"exit_code": code})
 
 
+def ray_use_gpu(device: str, cluster_gpus: float, workers: int) -> bool:
+    """Whether the Ray Train workers take a GPU each, from `trainer.device` and the GPUs the Ray cluster has, not
+    from the driver's own torch: with `ray job submit` or a CPU-only head node the driver sees no GPU while the
+    workers do.
+
+    Args:
+        device: `trainer.device` (`auto`, `cpu`, `cuda`).
+        cluster_gpus: `ray.cluster_resources()["GPU"]` (0 when absent).
+        workers: Ray Train workers the job starts (`nnodes x n_gpus_per_node`).
+
+    Raises:
+        ConfigError: `cuda` asked for where the cluster has fewer GPUs than workers (Ray would wait forever).
+    """
+    if device == "cpu":
+        return False
+    if device == "auto":
+        return cluster_gpus >= workers > 0
+    if cluster_gpus < workers:
+        raise ConfigError(
+            f"trainer.device=cuda with {workers} Ray Train worker(s) (trainer.nnodes x trainer.n_gpus_per_node), but "
+            f"the Ray cluster has {cluster_gpus:g} GPU(s); start Ray on the GPU nodes (ray start --address ...) or "
+            "lower the worker count"
+        )
+    return True
+
+
 def launch_ray(cfg: Config, resume: bool = False) -> int:
     """Run `dapo train` on a Ray cluster through Ray Train's `TorchTrainer`: `trainer.nnodes x
     trainer.n_gpus_per_node` workers, one GPU each (one CPU each with `trainer.device=cpu`), each running the same
@@ -131,12 +157,10 @@ def launch_ray(cfg: Config, resume: bool = False) -> int:
             "trainer.launcher=ray: Ray Train is not installed; pip install 'dapo-rl[ray]' (or 'ray[train]'), or use "
             "the torchrun launcher (trainer.launcher=torchrun trainer.nproc_per_node=N)"
         ) from e
-    from dapo_rl.distributed.env import resolve_device
     from dapo_rl.sft import cache_root
 
     t = cfg.trainer
     workers = t.nnodes * t.n_gpus_per_node
-    gpu = resolve_device(t.device).type == "cuda"
     if not ray.is_initialized():
         try:
             ray.init(address="auto", log_to_driver=True)
@@ -148,6 +172,7 @@ def launch_ray(cfg: Config, resume: bool = False) -> int:
                     f"trainer.launcher=ray: no running Ray cluster, and a local one did not start "
                     f"({type(e).__name__}: {' '.join(str(e).split())[:300]})"
                 ) from e
+    gpu = ray_use_gpu(t.device, float(ray.cluster_resources().get("GPU", 0)), workers)
     cfg = _absolute(cfg)
     run_dir = Path(cfg.trainer.output_dir)
     trainer = TorchTrainer(

