@@ -115,8 +115,17 @@ def test_update_gradient_does_not_depend_on_micro_batch_split(tmp_path):
             AlgorithmConfig(),
         )
         batch = TrainBatch.build(prompts, responses, adv, torch.ones(8), tok.pad_token_id)
-        actor.update(batch)  # lr 0: parameters stay, the accumulated gradient stays
-        grads.append(torch.cat([p.grad.flatten() for p in actor.model.parameters() if p.grad is not None]))
+        seen = []  # the accumulated gradient as the optimizer step sees it (`update` frees it afterwards)
+        actor.optimizer.register_step_pre_hook(
+            lambda opt, *_, seen=seen: seen.append(
+                torch.cat(
+                    [p.grad.flatten() for g in opt.param_groups for p in g["params"] if p.grad is not None]
+                )
+            )
+        )
+        actor.update(batch)
+        assert len(seen) == 1 and all(p.grad is None for p in actor.model.parameters())
+        grads.append(seen[0])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-5)
 
 
