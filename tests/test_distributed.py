@@ -297,3 +297,82 @@ def test_a_bf16_export_is_written_in_bf16_and_loads(model_dir, tmp_path):
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model", dtype=torch.float32)
     for k, v in actor.model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v.to(torch.bfloat16).float()), k
+
+
+def _groups_for_exchange():
+    """8 prompt groups of 4 rollouts with varied lengths, rewards, log-probs and one truncated response."""
+    from dapo_rl.collect import PromptGroup, Rollout
+    from dapo_rl.data.dataset import Sample
+
+    groups = []
+    for g in range(8):
+        sample = Sample(f"t:{g}", "t", [{"role": "user", "content": f"q{g}"}], "1")
+        prompt = list(range(3, 3 + 2 + g % 3))
+        rollouts = [
+            Rollout(
+                sample,
+                g,
+                j,
+                prompt,
+                [10 + g, 20 + j] + [30] * ((g + 2 * j) % 5),
+                [-0.1 * (g + 1) - 0.01 * j] * (2 + (g + 2 * j) % 5),
+                "length" if (g, j) == (3, 1) else "stop",
+                reward=float((g + j) % 2) - 0.5 * (j == 3),
+            )
+            for j in range(4)
+        ]
+        groups.append(PromptGroup((1, g), rollouts))
+    return groups
+
+
+def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str):
+    """Rank r holds complete rollouts only for the groups it sampled (g % 2 == r) and light copies of the others,
+    as `collect_batch` leaves them; `make_train_batch` fetches its rows from their owner."""
+    from dataclasses import replace
+
+    from dapo_rl.collect import make_train_batch
+    from dapo_rl.config import load_config
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    ctx = init_distributed("cpu")
+    try:
+        cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
+        groups = [
+            replace(
+                g,
+                owner=i % 2,
+                rollouts=g.rollouts
+                if i % 2 == rank
+                else [replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts],
+            )
+            for i, g in enumerate(_groups_for_exchange())
+        ]
+        batch = make_train_batch(groups, cfg, 0, step=3, ctx=ctx)
+        torch.save(batch.__dict__, os.path.join(out_dir, f"b{rank}.pt"))
+    finally:
+        shutdown(ctx)
+
+
+def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path):
+    """Kept groups stay with the rank that sampled them (others see them without tokens and log-probs); each rank's
+    training rows come to it through one all-to-all, and its batch is exactly the one it would cut from the whole
+    batch held everywhere (shuffled mini-batches, advantages, rollout log-probs, the truncated response's mask)."""
+    from dapo_rl.collect import make_train_batch
+    from dapo_rl.config import load_config
+
+    mp.start_processes(
+        _exchange_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
+    cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
+    for r in (0, 1):
+        got = torch.load(tmp_path / f"b{r}.pt", weights_only=True)
+        want = make_train_batch(_groups_for_exchange(), cfg, 0, step=3, ctx=DistContext(rank=r, world_size=2))
+        assert len(want) == 16
+        for k, v in want.__dict__.items():
+            assert torch.equal(got[k], v) if isinstance(v, torch.Tensor) else got[k] == v, k

@@ -21,7 +21,13 @@ from dapo_rl.actor import TrainBatch
 from dapo_rl.algo import get_adv_estimator, kept_group_ids, overlong_penalty
 from dapo_rl.config import Config, FilterGroupsConfig, OverlongBufferConfig, RepetitionPenaltyConfig
 from dapo_rl.data import EpochSampler, PromptDataset, Sample
-from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, shard_minibatches
+from dapo_rl.distributed import (
+    DistContext,
+    all_gather_objects,
+    all_reduce,
+    all_to_all_objects,
+    shard_minibatches,
+)
 from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams
 
@@ -153,6 +159,10 @@ class PromptGroup:
     history: tuple[float, ...] = ()
     """`history_baseline`: the shaped scores of the prompt's recent groups, pooled into this all-agreeing group's
     advantage statistics (not trained on); empty for a group normalised on its own."""
+    owner: int = -1
+    """Under several ranks, the rank that sampled the group and holds its response tokens and log-probs; the other
+    ranks hold a copy without them (`Rollout.light` keeping the prompt), enough for the batch's arithmetic, and
+    `make_train_batch` fetches only the rows a rank trains on. -1: every rollout is complete here."""
 
     def metric(self, name: str) -> list[float]:
         """`acc` (0/1) or the shaped `score` of each rollout."""
@@ -779,7 +789,7 @@ def collect_batch(
                 "on_exhausted=partial, disable algorithm.filter_groups.enable, or start from a model that solves "
                 "some but not all of these problems."
             )
-    fresh = sorted((g for part in all_gather_objects(kept, ctx) for g in part), key=lambda g: g.key)
+    fresh = sorted(_share_groups(kept, ctx), key=lambda g: g.key)
     pool = carried + fresh
     batch, surplus = pool[:want], pool[want:]
     if fg.carry_surplus:
@@ -799,6 +809,21 @@ def collect_batch(
     if predicted:  # what `prioritize` expected of this step's groups; train/all_*_group_ratio say what came
         stats["train/predicted_unanimous_ratio"] = sum(predicted) / len(predicted)
     return batch, stats | {"time/generate_s": generate_s}
+
+
+def _share_groups(kept: list[PromptGroup], ctx: DistContext) -> list[PromptGroup]:
+    """Every rank's kept groups, in rank order, for the batch's arithmetic: this rank's own complete, the others'
+    without response tokens, log-probs and text (`owner` says who holds them; `make_train_batch` fetches the rows
+    each rank trains on). One process: `kept` itself."""
+    if not ctx.distributed:
+        return list(kept)
+    light = [
+        replace(g, rollouts=[replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts]) for g in kept
+    ]
+    out = []
+    for r, part in enumerate(all_gather_objects(light, ctx)):
+        out.extend(replace(g, owner=r) for g in (kept if r == ctx.rank else part))
+    return out
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:
@@ -884,6 +909,37 @@ def _step_stats(
     return out
 
 
+def _fetch_rows(
+    groups: list[PromptGroup], rows: list[int], order, minibatch_size: int, ctx: DistContext
+) -> list[Rollout]:
+    """The rollouts of this rank's `rows` (indices into the batch's flattened rollouts), complete: rows another
+    rank sampled (`PromptGroup.owner`) come from it through one object all-to-all, in which every rank sends each
+    other rank only the rows that rank trains on (each rank works out every rank's rows with the same
+    `shard_minibatches` call)."""
+    rollouts = [x for g in groups for x in g.rollouts]
+    owners = [g.owner for g in groups for _ in g.rollouts]
+    if not ctx.distributed or all(o < 0 for o in owners):
+        return [rollouts[i] for i in rows]
+    lengths = [len(x.prompt_ids) + x.response_length for x in rollouts]
+    send: list[list[tuple[int, list[int], list[float]]]] = [[] for _ in range(ctx.world_size)]
+    for r in range(ctx.world_size):
+        if r == ctx.rank:
+            continue
+        theirs, _ = shard_minibatches(lengths, minibatch_size, ctx.world_size, r, order)
+        send[r] = [
+            (i, rollouts[i].response_ids, rollouts[i].logprobs) for i in theirs if owners[i] == ctx.rank
+        ]
+    got = {i: (ids, lps) for part in all_to_all_objects(send, ctx) for i, ids, lps in part}
+    out = []
+    for i in rows:
+        x = rollouts[i]
+        if owners[i] != ctx.rank:
+            ids, lps = got[i]
+            x = replace(x, response_ids=ids, logprobs=lps)
+        out.append(x)
+    return out
+
+
 def make_train_batch(
     groups: list[PromptGroup], cfg: Config, pad_id: int, step: int, ctx: DistContext | None = None
 ) -> TrainBatch:
@@ -932,7 +988,7 @@ def make_train_batch(
         ctx.rank,
         order,
     )
-    mine = [rollouts[i] for i in rows]
+    mine = _fetch_rows(groups, rows, order, cfg.actor.ppo_mini_batch_size * cfg.rollout.n, ctx)
     stale = [g.key[0] == 0 for g in groups for _ in g.rollouts]  # carried from the previous step
     return TrainBatch.build(
         [x.prompt_ids for x in mine],

@@ -160,6 +160,47 @@ def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
     return out
 
 
+def all_to_all_objects(objs: list[Any], ctx: DistContext) -> list[Any]:
+    """Send `objs[r]` (picklable) to rank r and receive what every rank sent to this one, in rank order (an object
+    all-to-all: each rank gets only its own share, unlike `all_gather_objects`). Through `ctx.cpu_group`; in one
+    process `[objs[0]]`.
+
+    Args:
+        objs: `world_size` objects, one per destination rank.
+
+    Raises:
+        ValueError: `len(objs) != world_size`.
+    """
+    import pickle
+
+    if len(objs) != ctx.world_size:
+        raise ValueError(f"all_to_all_objects needs {ctx.world_size} objects (one per rank), got {len(objs)}")
+    if not ctx.distributed:
+        return [objs[0]]
+    dev = torch.device("cpu") if ctx.cpu_group is not None else _comm_device(ctx)
+    payloads = [pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL) for o in objs]
+    sizes = torch.tensor([len(p) for p in payloads], dtype=torch.int64, device=dev)
+    incoming = torch.empty_like(sizes)
+    dist.all_to_all_single(incoming, sizes, group=ctx.cpu_group)
+    data = b"".join(payloads)
+    send = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
+        if data
+        else torch.empty(0, dtype=torch.uint8, device=dev)
+    )
+    split_in = incoming.tolist()
+    recv = torch.empty(sum(split_in), dtype=torch.uint8, device=dev)
+    dist.all_to_all_single(
+        recv, send, output_split_sizes=split_in, input_split_sizes=sizes.tolist(), group=ctx.cpu_group
+    )
+    out, start = [], 0
+    raw = recv.cpu().numpy().tobytes()
+    for n in split_in:
+        out.append(pickle.loads(raw[start : start + n]))
+        start += n
+    return out
+
+
 def barrier(ctx: DistContext) -> None:
     """Wait for every rank, on `ctx.cpu_group` (no-op in one process)."""
     if ctx.distributed:
