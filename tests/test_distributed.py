@@ -277,8 +277,10 @@ def test_ray_workers_take_gpus_from_the_cluster_not_from_the_driver():
     assert ray_use_gpu("auto", 16.0, 16) is True
     assert ray_use_gpu("auto", 0.0, 2) is False  # a CPU cluster: gloo workers
     assert ray_use_gpu("cpu", 16.0, 16) is False
-    with pytest.raises(ConfigError, match=r"the Ray cluster has 8 GPU\(s\)"):
+    with pytest.raises(ConfigError, match=r"the Ray cluster has 8 GPU\(s\) now"):
         ray_use_gpu("cuda", 8.0, 16)
+    with pytest.raises(ConfigError, match=r"trainer.device=auto with 16 Ray Train worker\(s\)"):
+        ray_use_gpu("auto", 8.0, 16)  # not a silent mix of GPU and CPU workers
 
 
 def test_a_bf16_export_is_written_in_bf16_and_loads(model_dir, tmp_path):
@@ -294,6 +296,7 @@ def test_a_bf16_export_is_written_in_bf16_and_loads(model_dir, tmp_path):
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}
         assert "lm_head.weight" not in set(f.keys())  # tied: stored once
     assert dtypes == {torch.bfloat16}
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model").dtype == torch.bfloat16  # "auto"
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model", dtype=torch.float32)
     for k, v in actor.model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v.to(torch.bfloat16).float()), k

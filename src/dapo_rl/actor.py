@@ -717,6 +717,10 @@ class Actor:
         if self.ctx.is_main:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
+            if (
+                self.export_dtype is not None
+            ):  # config.json says what the tensors hold, not the fp32 master's dtype
+                _set_config_dtype(path / "model" / "config.json", self.export_dtype)
         del full
 
     def _tied_names(self) -> dict[str, str]:
@@ -823,9 +827,10 @@ def load_sharded_model(
             config = full.config
         else:
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (ConfigError, OSError, ValueError) as e:
+    except Exception as e:  # reported on every rank below, never left for the others to wait on
         failure = e
-    bad = all_reduce([float(failure is not None)], ctx, op="max")[0] > 0
+    # over the CPU group (long timeout): the other ranks wait here while rank 0 reads the whole checkpoint
+    bad = any(all_gather_objects(failure is not None, ctx))
     if bad:
         raise (
             failure
@@ -854,6 +859,15 @@ def load_sharded_model(
         dist.broadcast(buf, src=0)
     del full, state, source
     return model
+
+
+def _set_config_dtype(config_json: Path, dtype: torch.dtype) -> None:
+    """Rewrite the `dtype` of a saved config.json (transformers writes the model's, the fp32 master weights')."""
+    import json
+
+    config = json.loads(config_json.read_text())
+    config["dtype"] = str(dtype).removeprefix("torch.")
+    config_json.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager

@@ -123,7 +123,7 @@ def save_checkpoint(
         tokenizer.save_pretrained(tmp / "model")
     crash_point("checkpoint", step, ctx.rank)
     torch.save(rng_state(), tmp / f"rng_rank{ctx.rank}.pt")
-    barrier(ctx)
+    barrier(ctx, checkpoint=True)  # rank 0 may still be writing model/
     if ctx.is_main:
         torch.save({**trainer_state, "world_size": ctx.world_size}, tmp / "trainer_state.pt")
         if final.exists():

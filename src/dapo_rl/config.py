@@ -376,10 +376,6 @@ class RolloutConfig:
     enforce_eager: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
     """vLLM: run without CUDA graphs (vLLM's `enforce_eager`). null: eager on CPU, CUDA graphs on GPUs (faster
     decoding, slower start)."""
-    seed_per_request: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    """vLLM: seed every request of a round on its own (reproducible rounds, whatever the engine batches together).
-    vLLM then samples request by request, which slows decoding of many sequences on GPUs. null: on for CPU, off on
-    GPUs (there the engine's seeded generator draws for the batch, so a resumed run samples differently)."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
@@ -993,7 +989,6 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "rollout.tensor_model_parallel_size",
     "rollout.sleep_level",
     "rollout.enforce_eager",
-    "rollout.seed_per_request",
     "actor.gradient_checkpointing",
     "model.size_hint",
     "reward.num_workers",

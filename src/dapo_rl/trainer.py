@@ -542,18 +542,14 @@ class Trainer:
                 seed=self.cfg.trainer.seed + 104729,
             )
             out = self.engine.generate([prompt], params)[0][0]
+            # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare
+            response = out.token_ids or [self.tokenizer.eos_token_id]
+            probe = TrainBatch.build(
+                [prompt], [response], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
+            )
+            actor = self.actor.compute_log_prob(probe)[0, : len(out.token_ids)]
             if out.token_ids:
-                probe = TrainBatch.build(
-                    [prompt], [out.token_ids], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
-                )
-                actor = self.actor.compute_log_prob(probe)[0, : len(out.token_ids)]
                 gap = float((actor - torch.tensor(out.logprobs, dtype=torch.float32)).abs().max())
-            else:  # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare
-                self.actor.compute_log_prob(
-                    TrainBatch.build(
-                        [prompt], [[]], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
-                    )
-                )
         return all_reduce([gap], self.ctx, op="max")[0]
 
     def fit(self) -> list[dict]:
@@ -741,7 +737,10 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
         close = getattr(getattr(trainer, "engine", None), "close", None)
         if (
             close is not None
-        ):  # vLLM's groups go before torch.distributed's (a finished job could hang at exit)
-            close()
+        ):  # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)
+            try:
+                close()
+            except Exception as e:  # the run's exit code stands
+                print(f"dapo train: the rollout engine did not shut down cleanly ({e})", file=sys.stderr)
         if ctx is not None:
             shutdown(ctx)

@@ -30,8 +30,9 @@ class DistContext:
         device: the device model, batches and log-prob math live on.
         mesh: the 1-D data-parallel `DeviceMesh` FSDP2 shards over, or None in one process.
         cpu_group: a gloo process group over all ranks for object collectives and barriers (pickles travel
-            through host memory, not through GPU buffers next to vLLM's; its timeout, `CPU_GROUP_TIMEOUT_S`,
-            outlasts rank 0's Hugging Face export); None: the default group.
+            through host memory, not through GPU buffers next to vLLM's); None: the default group.
+        checkpoint_group: a gloo group whose timeout (`CHECKPOINT_TIMEOUT_S`) outlasts rank 0's Hugging Face
+            export, for `barrier(ctx, checkpoint=True)`; None: `cpu_group`.
     """
 
     rank: int = 0
@@ -40,6 +41,7 @@ class DistContext:
     device: torch.device = torch.device("cpu")
     mesh: Any = None
     cpu_group: Any = None
+    checkpoint_group: Any = None
 
     @property
     def is_main(self) -> bool:
@@ -91,9 +93,9 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-CPU_GROUP_TIMEOUT_S = 4 * 3600.0
-"""Timeout of `DistContext.cpu_group`: a barrier there waits for rank 0 writing a checkpoint's Hugging Face export
-(61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open."""
+CHECKPOINT_TIMEOUT_S = 4 * 3600.0
+"""Timeout of `DistContext.checkpoint_group`: a barrier there waits for rank 0 writing a checkpoint's Hugging Face
+export (61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open."""
 
 
 def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
@@ -125,8 +127,9 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistCon
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),), mesh_dim_names=("dp",))
-    cpu_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=max(timeout_s, CPU_GROUP_TIMEOUT_S)))
-    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dev, mesh, cpu_group)
+    cpu_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    slow = dist.new_group(backend="gloo", timeout=timedelta(seconds=max(timeout_s, CHECKPOINT_TIMEOUT_S)))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dev, mesh, cpu_group, slow)
 
 
 def shutdown(ctx: DistContext) -> None:
@@ -201,10 +204,11 @@ def all_to_all_objects(objs: list[Any], ctx: DistContext) -> list[Any]:
     return out
 
 
-def barrier(ctx: DistContext) -> None:
-    """Wait for every rank, on `ctx.cpu_group` (no-op in one process)."""
+def barrier(ctx: DistContext, checkpoint: bool = False) -> None:
+    """Wait for every rank, on `ctx.cpu_group` (`checkpoint`: on `ctx.checkpoint_group`, whose timeout outlasts
+    rank 0 writing a checkpoint's export); no-op in one process."""
     if ctx.distributed:
-        dist.barrier(group=ctx.cpu_group)
+        dist.barrier(group=(ctx.checkpoint_group or ctx.cpu_group) if checkpoint else ctx.cpu_group)
 
 
 def _comm_device(ctx: DistContext) -> torch.device:

@@ -119,17 +119,16 @@ def ray_use_gpu(device: str, cluster_gpus: float, workers: int) -> bool:
         workers: Ray Train workers the job starts (`nnodes x n_gpus_per_node`).
 
     Raises:
-        ConfigError: `cuda` asked for where the cluster has fewer GPUs than workers (Ray would wait forever).
+        ConfigError: `cuda`, or `auto` on a cluster with some GPUs, where the cluster has fewer GPUs than workers
+            (Ray would wait forever, or mix GPU and CPU workers).
     """
-    if device == "cpu":
+    if device == "cpu" or (device == "auto" and cluster_gpus == 0):
         return False
-    if device == "auto":
-        return cluster_gpus >= workers > 0
     if cluster_gpus < workers:
         raise ConfigError(
-            f"trainer.device=cuda with {workers} Ray Train worker(s) (trainer.nnodes x trainer.n_gpus_per_node), but "
-            f"the Ray cluster has {cluster_gpus:g} GPU(s); start Ray on the GPU nodes (ray start --address ...) or "
-            "lower the worker count"
+            f"trainer.device={device} with {workers} Ray Train worker(s) (trainer.nnodes x trainer.n_gpus_per_node), "
+            f"but the Ray cluster has {cluster_gpus:g} GPU(s) now; start Ray on the GPU nodes (ray start --address "
+            "...), lower the worker count, or on an autoscaling cluster bring the GPU nodes up first"
         )
     return True
 

