@@ -77,9 +77,16 @@ def test_packed_forward_equals_the_padded_one(tmp_path):
 
 
 def _grads(path, batch, attn_implementation=None, **cfg):
+    """The accumulated gradient as the (one) optimizer step sees it: `update` frees the gradients afterwards."""
     actor = _actor(path, attn_implementation, **cfg)
+    named = list(actor.model.named_parameters())
+    seen = []
+    actor.optimizer.register_step_pre_hook(
+        lambda *_: seen.append({n: p.grad.clone() for n, p in named if p.grad is not None})
+    )
     actor.update(batch)
-    return {n: p.grad.clone() for n, p in actor.model.named_parameters() if p.grad is not None}
+    assert len(seen) == 1 and all(p.grad is None for _, p in named)
+    return seen[0]
 
 
 @pytest.mark.parametrize(
