@@ -97,11 +97,21 @@ class HFRolloutEngine:
             mask = mask.repeat_interleave(n, dim=0).to(device)
             with torch.no_grad():  # not around the yield: grad mode is thread state the caller would inherit
                 out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
-            gen = out.sequences[:, width:].cpu()
-            logits = torch.stack(out.logits, dim=1).float().cpu()  # (B, L, V) raw logits
-            if not greedy:
-                logits = logits / params.temperature
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)  # (B, L)
+            gen_dev = out.sequences[:, width:]
+            # each step's (B, V) raw logits to the sampled token's log-prob on the model's device: never a
+            # (B, L, V) stack, nor a copy of it in host memory (on a GPU with a 150k vocabulary that is gigabytes
+            # per chunk, and a CPU log-softmax over it)
+            logp = torch.stack(
+                [
+                    torch.log_softmax(step.float() if greedy else step.float() / params.temperature, dim=-1)
+                    .gather(-1, gen_dev[:, i, None])
+                    .squeeze(-1)
+                    for i, step in enumerate(out.logits)
+                ],
+                dim=1,
+            ).cpu()  # (B, L)
+            gen = gen_dev.cpu()
+            del out, gen_dev
             is_eos = gen == self.eos_id
             any_eos = is_eos.any(dim=1)
             first_eos = torch.where(
