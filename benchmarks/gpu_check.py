@@ -59,32 +59,34 @@ mixed, some responses ending in eos within 32 tokens): text of varied length, an
 Running it on the lent H200 (Python 3.12, torch 2.11, transformers 5.17; no vllm, flash-attn, omegaconf,
 reasoning-gym, math-verify, datasets, ray; pyarrow and pyyaml are there; nothing can be downloaded there):
 
-1. Here, build the one wheel it needs (omegaconf 2.4 vendors its antlr4 parser and needs only PyYAML) into the
-   git-ignored `benchmarks/wheels/`:
+1. Here, fetch the one wheel it needs into the git-ignored `benchmarks/wheels/` (omegaconf 2.4 vendors its antlr4
+   parser and needs only PyYAML, which the machine has):
 
        python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
            --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d benchmarks/wheels omegaconf==2.4.0
 
-   (omegaconf-2.4.0-py3-none-any.whl, 254,152 bytes). With omegaconf 2.3 instead, carry it with
-   antlr4-python3-runtime 4.9.3, which PyPI has only as source: `python -m pip wheel --no-deps
-   antlr4-python3-runtime==4.9.3 -w benchmarks/wheels` (145 kB) plus `pip download ... omegaconf==2.3.0` (80 kB);
-   keep one version of each in the folder. dapo-rl itself travels as source (`src/`, put on PYTHONPATH); a wheel
-   (`python -m pip wheel --no-deps . -w benchmarks/wheels`, 260 kB) is not needed. The working tree (1.5 MB) plus
-   the wheels must stay under the 64 MiB a call carries.
-2. With the `run` tool, from a checkout of this branch (the tool sends the session's own checkout), carry
-   `benchmarks/wheels`, timeout_s 600:
+   (omegaconf-2.4.0-py3-none-any.whl, 254,152 bytes). To carry omegaconf 2.3 instead, it needs
+   antlr4-python3-runtime 4.9.3, which PyPI has only as a source archive: `python -m pip wheel --no-deps
+   antlr4-python3-runtime==4.9.3 -w benchmarks/wheels` (144,590 bytes) plus `pip download` as above with
+   `omegaconf==2.3.0` (79,500 bytes); keep one version of each package in the folder. dapo-rl travels as source
+   (`gpu_check.sh` puts `src/` on PYTHONPATH); its wheel (`python -m pip wheel --no-deps . -w DIR`, 260 kB) is not
+   needed. The working tree (1.5 MB) and the wheels travel together: far under the 64 MiB a call carries.
+2. With the `run` tool, from a checkout that holds this script (the tool sends the session's own checkout), carry
+   `["benchmarks/wheels"]`, `timeout_s` 600, command:
 
-       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site
-       benchmarks/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 && set -o pipefail &&
-       bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
+       set -o pipefail; bash benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log
 
-   (one line). `--budget-s` (default 450 on a GPU) skips, with a SKIP line, a section that would end past it.
+   `gpu_check.sh` installs the carried wheels into a temporary folder (`pip install --no-index --no-deps --target`)
+   when omegaconf is missing, and runs with unbuffered output. The check skips, with a SKIP line, any section that
+   would end past `--budget-s` (default 450 s on a GPU), so the command ends in about 8 minutes at most and a second
+   try fits in 15 minutes of device time.
 
 Keep it runnable: it is the only test of these paths (CPU CI runs `tests/test_gpu_check.py`, the dry run). It
 depends on `Actor` (`update`, `compute_log_prob`, `forward`, `engine_weights`, `save`, `load`, `remove_padding`,
-`shared_prefix`, `model`, `optimizer`, `scheduler`), `TrainBatch.build`, `DistContext`, `load_config`, `Trainer`
-(`fit`, `engine`, `actor`, `save_checkpoint` through `fit`), `dapo_rl.actor.load_model` (replaced for the memory
-probe's in-memory models), `dapo_rl.plan` and the metric keys read in `METRIC_KEYS`.
+`shared_prefix`, `_prefix_pays`, `_distinct_prompts`, `model`, `optimizer`, `scheduler`), `TrainBatch.build`,
+`DistContext`, `load_config`, `Trainer` (`fit`, `engine`, `actor`, `_push_dtype`, checkpoints through `fit`),
+`dapo_rl.actor.load_model` (replaced for the memory probes' in-memory models), `dapo_rl.plan` and the metric keys in
+`METRIC_KEYS`.
 """
 
 from __future__ import annotations
