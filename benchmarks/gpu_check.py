@@ -308,6 +308,8 @@ class Env:
     n_params: int = 0
     fsdp_actor: Any = None
     numbers: dict[str, Any] = field(default_factory=dict)
+    budget_s: float = 0.0
+    """Seconds the whole check may take (0: no limit)."""
 
     @property
     def cuda(self) -> bool:
@@ -325,6 +327,10 @@ class Env:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t_start
+
+    def fits(self, seconds: float) -> bool:
+        """Whether `seconds` more of work end within the budget."""
+        return not self.budget_s or self.elapsed() + seconds <= self.budget_s
 
 
 def sync(device: torch.device) -> None:
@@ -1090,6 +1096,9 @@ def section_memory(env: Env) -> None:
 
     # --- the 1.5B recipe's micro-batch: one GPU, no FSDP (bf16 autocast), 4 x 4,096 tokens
     rows, plen, rlen = s.mid_batch
+    if not env.fits(25):
+        rep.skip("memory/1.5b-recipe", f"time budget: {env.elapsed():.0f} s spent of {env.budget_s:g}")
+        return
     mid = _memory_probe(env, "1p5b", s.mid, rows, plen, rlen, sharded=False)
     what = (
         f"Qwen2.5-1.5B shape ({mid['params_n'] / 1e9:.2f}B parameters, fp32, bf16 autocast, one process, gradient "
@@ -1333,6 +1342,10 @@ def section_e2e(env: Env) -> None:
     env.numbers["e2e_step_s"] = sum(r["time/step_s"] for r in steady) / len(steady)
 
     # --- resume the step-2 checkpoint in another run directory: step 3 as the uninterrupted run had it
+    if not env.fits(45):
+        rep.skip("e2e/resume", f"time budget: {env.elapsed():.0f} s spent of {env.budget_s:g}")
+        shutil.rmtree(run_a, ignore_errors=True)
+        return
     ckpts = run_a / "checkpoints"
     last = ckpts / f"global_step_{steps}"
     files_ok = all(
@@ -1421,6 +1434,7 @@ def run(args: argparse.Namespace) -> int:
         bf16=True,
     )
     budget = args.budget_s if args.budget_s is not None else (0 if dry else 450)
+    env.budget_s = budget
     wanted = [s.strip() for s in args.sections.split(",")] if args.sections else list(SECTIONS)
     unknown = [s for s in wanted if s not in SECTIONS and s != "preflight"]
     if unknown:
@@ -1453,7 +1467,7 @@ def run(args: argparse.Namespace) -> int:
         for name, (fn, est) in SECTIONS.items():
             if name not in wanted:
                 continue
-            if budget and env.elapsed() + est > budget:
+            if not env.fits(est):
                 rep.skip(
                     name,
                     f"time budget: {env.elapsed():.0f} s spent, the section needs about {est} s, --budget-s {budget}",
