@@ -921,23 +921,40 @@ def in_memory_model(model):
         holder.clear()
 
 
-def plan_estimate(recipe: str, shape: dict[str, Any], overrides: list[str], workdir: Path) -> dict[str, Any]:
-    """`dapo plan`'s memory figures (`plan_recipe(...)["memory"]`) for `recipe` with the model of `shape` (its
-    config.json written to a folder, as a checkpoint's would be) and `overrides`."""
-    from dapo_rl.plan import load_plan_config, plan_recipe
-
+def plan_model(shape: dict[str, Any], workdir: Path) -> str:
+    """`model.path=...` of a folder holding only the config.json of `shape` (all `dapo plan` needs of a checkpoint)."""
     folder = workdir / f"plan_{abs(hash(json.dumps(shape, sort_keys=True)))}"
     if not (folder / "config.json").is_file():
         qwen2_config(shape).save_pretrained(folder)
-    cfg, notes = load_plan_config(recipe, [f"model.path={folder}", *overrides])
+    return f"model.path={folder}"
+
+
+def plan_estimate(recipe: str, overrides: list[str]) -> dict[str, Any]:
+    """`dapo plan`'s memory estimate (`plan_recipe(...)["memory"]`, bytes per GPU) for `recipe` with `overrides`."""
+    from dapo_rl.plan import load_plan_config, plan_recipe
+
+    cfg, notes = load_plan_config(recipe, overrides)
     return plan_recipe(cfg, recipe=recipe, notes=notes)["memory"]
 
 
-def plan_measure(recipe: str, overrides: list[str]) -> dict[str, Any] | None:
-    """The hook for `dapo plan --measure` (fake-tensor measurement of the update's memory, being added to
-    `dapo_rl.plan`): its figures for `recipe` with `overrides`, printed beside the GPU's; None while dapo_rl.plan
-    has no such function (then the output says to compare with `dapo plan --measure` by hand)."""
-    return None
+def plan_measure(env: Env, recipe: str, overrides: list[str]) -> str:
+    """The hook for `dapo plan --measure` (the update's memory measured on fake tensors): what
+    `dapo plan RECIPE --measure OVERRIDES` prints, run as a user runs it (a subprocess: it builds its own fake process
+    group), or the sentence to compare by hand where this dapo_rl has no `--measure` yet (`dapo_rl.plan_measure`)."""
+    import subprocess
+
+    if importlib.util.find_spec("dapo_rl.plan_measure") is None:
+        return "not in this dapo_rl yet: compare with `dapo plan --measure` for the same shapes"
+    if not env.fits(120):
+        return f"skipped (time budget: {env.elapsed():.0f} s spent of {env.budget_s:g})"
+    cmd = [sys.executable, "-m", "dapo_rl.cli", "plan", recipe, *overrides, "--measure"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "did not finish within 120 s"
+    if r.returncode != 0:
+        return f"exited {r.returncode}: {r.stderr.strip()[-400:]}"
+    return "\n".join(line for line in r.stdout.splitlines() if line.strip())
 
 
 def _memory_probe(
@@ -1076,8 +1093,9 @@ def section_memory(env: Env) -> None:
         f"algorithm.overlong_buffer.len={min(4096, rlen // 4)}",
     ]
     try:
-        same = plan_estimate("dapo_qwen2.5_32b", s.big, overrides, env.workdir)
-        recipe = plan_estimate("dapo_qwen2.5_32b", {**s.big, "num_hidden_layers": 64}, [], env.workdir)
+        same = plan_estimate("dapo_qwen2.5_32b", [plan_model(s.big, env.workdir), *overrides])
+        whole = {**s.big, "num_hidden_layers": 64}
+        recipe = plan_estimate("dapo_qwen2.5_32b", [plan_model(whole, env.workdir)])
         rep.say(
             f"memory: dapo plan for the same shapes (1 rank, 2 layers): update phase {gib(same['update_phase'])} "
             f"(states {gib(same['states'])}, compute copies {gib(same['compute_copies'])}, activations "
@@ -1088,11 +1106,12 @@ def section_memory(env: Env) -> None:
         )
     except Exception as e:  # the plan is a comparison, not a check
         rep.say(f"memory: dapo plan's estimate not available ({type(e).__name__}: {e})")
-    measured = plan_measure("dapo_qwen2.5_32b", overrides)
+    measured = plan_measure(env, "dapo_qwen2.5_32b", [plan_model(s.big, env.workdir), *overrides])
     rep.say(
-        "memory: dapo plan --measure for the same shapes: "
-        + (json.dumps(measured) if measured is not None else "compare with `dapo plan --measure`")
+        "memory: dapo plan --measure for the same shapes (at one rank it measures the one-process autocast update):"
     )
+    for line in measured.splitlines():
+        rep.say(f"  | {line}")
 
     # --- the 1.5B recipe's micro-batch: one GPU, no FSDP (bf16 autocast), 4 x 4,096 tokens
     rows, plen, rlen = s.mid_batch
@@ -1124,7 +1143,7 @@ def section_memory(env: Env) -> None:
     )
     env.numbers["memory_1p5b"] = {k: v for k, v in mid.items() if k != "finite"}
     try:
-        plan = plan_estimate("dapo_qwen2.5_1.5b_math", s.mid, [], env.workdir)
+        plan = plan_estimate("dapo_qwen2.5_1.5b_math", [plan_model(s.mid, env.workdir)])
         rep.say(
             f"memory: dapo plan dapo_qwen2.5_1.5b_math: update phase {gib(plan['update_phase'])} (states "
             f"{gib(plan['states'])}, compute copies {gib(plan['compute_copies'])}, activations "
@@ -1133,11 +1152,10 @@ def section_memory(env: Env) -> None:
         )
     except Exception as e:
         rep.say(f"memory: dapo plan's estimate not available ({type(e).__name__}: {e})")
-    measured = plan_measure("dapo_qwen2.5_1.5b_math", [])
-    rep.say(
-        "memory: dapo plan --measure dapo_qwen2.5_1.5b_math: "
-        + (json.dumps(measured) if measured is not None else "compare with `dapo plan --measure`")
-    )
+    measured = plan_measure(env, "dapo_qwen2.5_1.5b_math", [plan_model(s.mid, env.workdir)])
+    rep.say("memory: dapo plan dapo_qwen2.5_1.5b_math --measure:")
+    for line in measured.splitlines():
+        rep.say(f"  | {line}")
 
 
 def write_prompts(path: Path, count: int, seed: int) -> None:
