@@ -218,8 +218,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-MEASURE_OVERRIDES = ["actor.gradient_checkpointing=true", "actor.autocast_dtype=bfloat16"]
-"""The embedded model as the GPU recipes train: activation checkpointing, FSDP2 with bf16 compute."""
+MEASURE_OVERRIDES = [
+    "actor.gradient_checkpointing=true",
+    "actor.autocast_dtype=bfloat16",
+    "actor.ppo_micro_batch_size=8",
+]
+"""The embedded model as the GPU recipes train: activation checkpointing, FSDP2 with bf16 compute, two micro-batches
+per mini-batch and rank (the second with the first's gradients resident)."""
 
 
 def _real_update_rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
@@ -228,7 +233,8 @@ def _real_update_rank(rank: int, world: int, port: int, model_dir: str, out: str
 
     from dapo_rl.actor import Actor
     from dapo_rl.distributed import init_distributed, shutdown
-    from dapo_rl.plan_measure import measure_batch, micro_batch_rows, tracked_update
+    from dapo_rl.plan import model_config
+    from dapo_rl.plan_measure import measure_setup, tracked_update
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -241,16 +247,17 @@ def _real_update_rank(rank: int, world: int, port: int, model_dir: str, out: str
     cfg = load_config("tiny_chain_sum", MEASURE_OVERRIDES)
     ctx = init_distributed("cpu")
     try:
+        actor_cfg, batch, _, micro_batches = measure_setup(cfg, world, model_config(cfg).vocab_size)
+        assert micro_batches == 2
         actor = Actor(
             model_dir,
-            cfg.actor,
+            actor_cfg,
             cfg.algorithm,
             ctx,
             dtype=cfg.model.dtype,
             temperature=cfg.rollout.temperature,
             attn_implementation="sdpa",
         )
-        batch = measure_batch(cfg, micro_batch_rows(cfg, world), actor.model.config.vocab_size)
         result = tracked_update(actor, batch)
         if ctx.is_main:
             torch.save(result, out)
@@ -298,12 +305,14 @@ def test_fake_measurement_equals_a_real_one_process_update(tmp_path):
 
     from dapo_rl.actor import Actor
     from dapo_rl.plan import model_config
-    from dapo_rl.plan_measure import measure_batch, measure_update, micro_batch_rows, tracked_update
+    from dapo_rl.plan_measure import measure_setup, measure_update, tracked_update
 
-    cfg = load_config("tiny_chain_sum", ["actor.autocast_dtype=bfloat16"])
+    cfg = load_config("tiny_chain_sum", ["actor.autocast_dtype=bfloat16", "actor.ppo_micro_batch_size=16"])
     AutoModelForCausalLM.from_config(model_config(cfg)).save_pretrained(tmp_path)
-    actor = Actor(str(tmp_path), cfg.actor, cfg.algorithm, dtype=cfg.model.dtype, attn_implementation="sdpa")
-    real = tracked_update(actor, measure_batch(cfg, micro_batch_rows(cfg, 1), actor.model.config.vocab_size))
+    actor_cfg, batch, _, micro_batches = measure_setup(cfg, 1, model_config(cfg).vocab_size)
+    assert micro_batches == 2
+    actor = Actor(str(tmp_path), actor_cfg, cfg.algorithm, dtype=cfg.model.dtype, attn_implementation="sdpa")
+    real = tracked_update(actor, batch)
     fake = measure_update(cfg, model_config(cfg), world_size=1)
     ratio = fake["update_peak"]["total"] / real["update_peak"]["total"]
     print(f"one process: fake / real update peak {ratio:.4f}")
@@ -345,10 +354,21 @@ def test_measured_phases_by_hand():
 
 
 def test_measured_micro_batch_follows_the_recipe():
-    from dapo_rl.plan_measure import micro_batch_rows
+    from dapo_rl.plan_measure import measure_setup, micro_batch_rows
 
     assert micro_batch_rows(load_config("dapo_qwen2.5_32b"), 128) == 1
     assert micro_batch_rows(load_config("dapo_qwen2.5_1.5b_math"), 1) == 4
+    actor_cfg, batch, rows, micro_batches = measure_setup(load_config("dapo_qwen2.5_1.5b_math"), 1, 100)
+    assert (rows, micro_batches, actor_cfg.ppo_micro_batch_size, actor_cfg.autocast_dtype) == (
+        4,
+        2,
+        4,
+        "bfloat16",
+    )
+    assert batch.input_ids.shape == (8, 1024 + 3072) and bool(batch.attention_mask.all())
+    # tiny_chain_sum: a rank's 64-sequence mini-batch is one micro-batch (ppo_micro_batch_size 256)
+    _, batch, rows, micro_batches = measure_setup(load_config("tiny_chain_sum"), 1, 258)
+    assert (rows, micro_batches, len(batch)) == (64, 1, 64)
     assert (
         micro_batch_rows(load_config("tiny_chain_sum"), 2) == 32
     )  # the rank's share of a mini-batch: 8 x 8 / 2

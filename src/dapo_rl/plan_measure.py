@@ -47,7 +47,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dapo_rl.config import Config
 
 MEASURED_MICRO_BATCHES = 2
-"""Micro-batches in the measured mini-batch: the second runs with the first's gradients resident."""
+"""Micro-batches in the measured mini-batch (where the rank's share holds two): the second runs with the first's
+gradients resident."""
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _PASS_THROUGH = tuple(
@@ -133,21 +134,40 @@ def micro_batch_rows(cfg: Config, world_size: int) -> int:
     `actor.use_dynamic_bsz` as many full-length rows as `actor.ppo_max_token_len_per_gpu` tokens hold; never more
     than the rank's share of a mini-batch (`ppo_mini_batch_size x rollout.n / world_size`), never fewer than 1."""
     a, d = cfg.actor, cfg.data
-    share = max(1, math.ceil(a.ppo_mini_batch_size * cfg.rollout.n / world_size))
     if a.use_dynamic_bsz:
         rows = a.ppo_max_token_len_per_gpu // (d.max_prompt_length + d.max_response_length)
     else:
         rows = a.ppo_micro_batch_size
-    return max(1, min(rows, share))
+    return max(1, min(rows, _mini_batch_share(cfg, world_size)))
 
 
-def measure_batch(cfg: Config, rows: int, vocab_size: int, micro_batches: int = MEASURED_MICRO_BATCHES):
-    """The measured `TrainBatch`: `micro_batches x rows` sequences of `data.max_prompt_length` prompt tokens and
-    `data.max_response_length` response tokens (no padding), every prompt distinct, one mini-batch, advantages of
-    both signs, old and rollout log-probs given (0)."""
+def _mini_batch_share(cfg: Config, world_size: int) -> int:
+    return max(1, math.ceil(cfg.actor.ppo_mini_batch_size * cfg.rollout.n / world_size))
+
+
+def measure_setup(cfg: Config, world_size: int, vocab_size: int):
+    """The actor settings and the batch of a measured update.
+
+    The batch is one mini-batch of `micro_batches` micro-batches of `rows` (`micro_batch_rows`) sequences:
+    `data.max_prompt_length` prompt tokens and `data.max_response_length` response tokens each (no padding), every
+    prompt distinct, advantages of both signs, old and rollout log-probs given (0). `micro_batches` is 2 where the
+    rank's share of a mini-batch holds two micro-batches (the second runs with the first's gradients resident),
+    else 1. The settings are `actor.*` with `ppo_micro_batch_size = rows` (so that the update cuts exactly those
+    micro-batches) and `autocast_dtype=auto` taken as bf16 (its choice on a GPU).
+
+    Args:
+        cfg: the recipe.
+        world_size: ranks the mini-batch is shared by.
+        vocab_size: the model's vocabulary (token ids are drawn below it).
+
+    Returns:
+        `(actor_config, batch, rows, micro_batches)`.
+    """
     from dapo_rl.actor import TrainBatch
 
     d = cfg.data
+    rows = micro_batch_rows(cfg, world_size)
+    micro_batches = MEASURED_MICRO_BATCHES if _mini_batch_share(cfg, world_size) >= 2 * rows else 1
     b = rows * micro_batches
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, vocab_size, (b, d.max_prompt_length), generator=g)
@@ -161,7 +181,9 @@ def measure_batch(cfg: Config, rows: int, vocab_size: int, micro_batches: int = 
         prompts.tolist(), responses.tolist(), advantages, torch.ones(b), pad_id=0, rollout_logprobs=zeros
     )
     batch.old_log_prob = torch.zeros_like(batch.response_mask)
-    return batch
+    autocast = "bfloat16" if cfg.actor.autocast_dtype == "auto" else cfg.actor.autocast_dtype
+    actor_config = replace(cfg.actor, ppo_micro_batch_size=rows, autocast_dtype=autocast)
+    return actor_config, batch, rows, micro_batches
 
 
 MEMORY_KINDS = ("params", "grads", "optimizer", "activations", "temporaries")
@@ -190,7 +212,7 @@ def tracked_update(actor, batch, *, fake: bool = False) -> dict[str, dict[str, A
 
     Args:
         actor: an `Actor`; FSDP2-sharded (`actor.ctx.sharded`: `FSDPMemTracker`) or not (`MemTracker`).
-        batch: its `TrainBatch` (`measure_batch`).
+        batch: its `TrainBatch` (`measure_setup`).
         fake: the actor lives under `FakeTensorMode` (the caller's): keep host-side work real (`_HostStaysReal`).
 
     Returns:
@@ -245,7 +267,7 @@ def measure_update(
         attn_implementation: transformers' attention kernel.
 
     Returns:
-        `tracked_update`'s `update_peak` and `resident`, plus `rows` and `micro_batches` (the measured mini-batch),
+        `tracked_update`'s `update_peak` and `resident`, plus `rows` and `micro_batches` (`measure_setup`),
         `tokens_per_micro_batch`, `largest_param_bytes` (the largest full parameter in `model.dtype`: what rank 0
         broadcasts at once while loading), `world_size`, `device` (`"fake cpu"`), `compute_dtype`, `seconds` (wall
         time of the whole measurement).
@@ -261,11 +283,7 @@ def measure_update(
 
     t0 = time.perf_counter()
     dev = torch.device("cpu")
-    rows = micro_batch_rows(cfg, world_size)
-    compute = (
-        "bfloat16" if cfg.actor.autocast_dtype == "auto" else cfg.actor.autocast_dtype
-    )  # auto: bf16 on GPUs
-    batch = measure_batch(cfg, rows, hf_config.vocab_size)
+    actor_config, batch, rows, micro_batches = measure_setup(cfg, world_size, hf_config.vocab_size)
     ctx = DistContext(device=dev)
     if world_size > 1:
         if dist.is_initialized():
@@ -283,7 +301,7 @@ def measure_update(
         with FakeTensorMode(allow_non_fake_inputs=True):
             actor = Actor(
                 "(no weights: dapo plan --measure)",
-                replace(cfg.actor, autocast_dtype=compute),
+                actor_config,
                 cfg.algorithm,
                 ctx,
                 dtype=cfg.model.dtype,
@@ -291,9 +309,8 @@ def measure_update(
                 attn_implementation=attn_implementation,
                 config=hf_config,
             )
-            largest = max(
-                p.numel() * p.element_size() for p in actor.model.parameters()
-            )  # DTensors: full size
+            # the largest full parameter (a DTensor's numel is its full size)
+            largest = max(p.numel() * p.element_size() for p in actor.model.parameters())
             result = tracked_update(actor, batch, fake=True)
     finally:
         if world_size > 1 and dist.is_initialized():
@@ -301,11 +318,13 @@ def measure_update(
     return {
         **result,
         "rows": rows,
-        "micro_batches": MEASURED_MICRO_BATCHES,
+        "micro_batches": micro_batches,
         "tokens_per_micro_batch": rows * (cfg.data.max_prompt_length + cfg.data.max_response_length),
         "largest_param_bytes": largest,
         "world_size": world_size,
         "device": f"fake {dev.type}",
-        "compute_dtype": compute,
+        "compute_dtype": cfg.model.dtype
+        if actor_config.autocast_dtype == "none"
+        else actor_config.autocast_dtype,
         "seconds": time.perf_counter() - t0,
     }
