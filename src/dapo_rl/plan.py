@@ -729,9 +729,10 @@ def _format_measured(plan: dict[str, Any], unit: str) -> list[str]:
     peak, resident, world = ms["update_peak"], ms["resident"], ms["world_size"]
     tracker = "FSDPMemTracker" if world > 1 else "MemTracker"
     ranks = f"{world} fake ranks" if world > 1 else "one process"
+    micro = f"{ms['micro_batches']} micro-batch{'es' * (ms['micro_batches'] != 1)}"
     lines = [
         f"measured per {unit} (GiB; the real Actor.update on fake tensors: FakeTensorMode on {ms['device']}, {ranks}, "
-        f"{tracker}; one mini-batch of {ms['micro_batches']} micro-batches x {ms['rows']} x "
+        f"{tracker}; one mini-batch of {micro} x {ms['rows']} x "
         f"{plan['batch']['max_sequence_length']:,} tokens, {ms['compute_dtype']} compute; {ms['seconds']:.0f} s)",
         " " * 19 + "measured  estimate",
     ]
