@@ -206,8 +206,8 @@ def _parser() -> argparse.ArgumentParser:
         "--measure",
         action="store_true",
         help="also measure the actor update's memory per GPU: the real update on fake tensors at the recipe's world "
-        "size (FakeTensorMode, a fake process group, FSDPMemTracker; no weights, no GPU; about 2 minutes for 32B at "
-        "128 ranks on 2 cores)",
+        "size (FakeTensorMode, a fake process group, FSDPMemTracker; no weights, no GPU; about 1.5 minutes for 32B "
+        "at 128 ranks on 2 cores)",
     )
     return p
 

@@ -1,8 +1,8 @@
 """`dapo plan --measure`: the per-GPU memory of a recipe's actor update, measured by running it on fake tensors.
 
 `measure_update(cfg, hf_config, world_size=W)` builds the recipe's model from its config.json shape without weights
-(`Actor(config=...)`), at the recipe's world size, and runs the real `Actor.update` over one mini-batch of two
-micro-batches at the recipe's maximum lengths under torch's `FakeTensorMode` (tensors carry shapes, dtypes and
+(`Actor(config=...)`), at the recipe's world size, and runs the real `Actor.update` over one mini-batch
+(`measure_setup`) at the recipe's maximum lengths under torch's `FakeTensorMode` (tensors carry shapes, dtypes and
 devices but no data: nothing is computed and nothing is allocated), with the fake process group (`FakeStore`, backend
 `"fake"`: every collective returns at once) and `FSDPMemTracker` (one process: `MemTracker`) counting every tensor
 on this rank's device, by kind, at every op. This is torchtitan's memory estimation (`scripts/estimate/estimation.py`)
@@ -14,7 +14,7 @@ What the measurement follows, as a training step does:
 - AdamW's moments exist from the second step on, so they are created first by one zero-gradient
   `optimizer.step()`, outside the tracked update (torchtitan runs an untracked first iteration for the same reason).
 - Every micro-batch after the first of a mini-batch runs with the gradients of the ones before it resident: the
-  update covers two micro-batches, and the peak is the larger of the two.
+  update covers two micro-batches where a rank's share of a mini-batch holds two, and the peak is the larger.
 - The batch carries old and rollout log-probs (as a vLLM rollout does), so the no-grad recompute of the old
   log-probs (a smaller peak) is not part of it.
 - Every prompt is distinct, so `actor.shared_prefix` takes the ordinary forward; every row is at the maximum lengths
@@ -263,7 +263,8 @@ def measure_update(
     Args:
         cfg: the recipe (its `actor`, `algorithm`, `data` lengths, `model.dtype`, `rollout.n` and temperature).
         hf_config: the model's transformers config (`dapo_rl.plan.model_config`); its `vocab_size` draws the ids.
-        world_size: ranks the model is sharded over; 1: one process, no FSDP2 (bf16 compute through autocast).
+        world_size: ranks the model is sharded over; 1: one process, no FSDP2 (bf16 compute, if asked, through
+            autocast).
         attn_implementation: transformers' attention kernel.
 
     Returns:
@@ -284,6 +285,9 @@ def measure_update(
     t0 = time.perf_counter()
     dev = torch.device("cpu")
     actor_config, batch, rows, micro_batches = measure_setup(cfg, world_size, hf_config.vocab_size)
+    algo = cfg.algorithm
+    if algo.loss_scale_factor is None:  # as the trainer sets it: Dr. GRPO's constant, the generation budget
+        algo = replace(algo, loss_scale_factor=float(cfg.data.max_response_length))
     ctx = DistContext(device=dev)
     if world_size > 1:
         if dist.is_initialized():
@@ -302,7 +306,7 @@ def measure_update(
             actor = Actor(
                 "(no weights: dapo plan --measure)",
                 actor_config,
-                cfg.algorithm,
+                algo,
                 ctx,
                 dtype=cfg.model.dtype,
                 temperature=cfg.rollout.temperature,
