@@ -58,7 +58,12 @@ def test_32b_recipe_numbers_by_hand():
     assert mem["grads"] == mem["params"]
     assert mem["optimizer"] == QWEN25_32B_PARAMS * 8 // 128  # AdamW: two fp32 moments
     assert mem["engine"] == int(0.8 * 80 * GIB)  # vLLM's share of an 80 GiB GPU
-    assert mem["rollout_phase"] == mem["states"] + mem["engine"]
+    assert (
+        mem["rollout_phase"] == mem["params"] + mem["optimizer"] + mem["engine"]
+    )  # the update frees the grads
+    # the response positions' logits: bf16, the padded forward's gathered bf16 copy, the fp32 copy kept for the
+    # backward; the entropy's three fp32 temporaries over 1,024 positions at a time
+    assert mem["act_logits"] == 20480 * 152064 * (2 + 2 + 4) + 3 * 1024 * 152064 * 4
     assert mem["peak"] == max(mem["rollout_phase"], mem["update_phase"])
     assert mem["fits"] is True
     text = format_plan(plan)
@@ -188,3 +193,186 @@ def test_smollm2_alias_plans_from_its_published_shape_before_conversion(monkeypa
         model = AutoModelForCausalLM.from_config(LlamaConfig(**fields))
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert not any(tmp_path.iterdir())
+
+
+def test_packed_forward_has_no_gathered_logits_copy():
+    padded = plan_recipe(load_config("dapo_qwen2.5_32b"))["memory"]["act_logits"]
+    packed = plan_recipe(load_config("dapo_qwen2.5_32b", ["actor.use_remove_padding=true"]))["memory"][
+        "act_logits"
+    ]
+    assert padded - packed == 20480 * 152064 * 2  # the bf16 gather of the response positions' logits
+
+
+def test_vllm_cpu_engine_is_awake_through_the_update():
+    mem = plan_recipe(load_config("smollm2_chain_sum", ["trainer.device=cpu"]))["memory"]
+    assert mem["engine_asleep_in_update"] is False
+    assert mem["update_phase"] == mem["states"] + mem["compute_copies"] + mem["activations"] + mem["engine"]
+
+
+# ---------------------------------------------------------------------------------------------- dapo plan --measure
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MEASURE_OVERRIDES = [
+    "actor.gradient_checkpointing=true",
+    "actor.autocast_dtype=bfloat16",
+    "actor.ppo_micro_batch_size=8",
+]
+"""The embedded model as the GPU recipes train: activation checkpointing, FSDP2 with bf16 compute, two micro-batches
+per mini-batch and rank (the second with the first's gradients resident)."""
+
+
+def _real_update_rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
+    """One rank of a real gloo job: the measured batch through `Actor.update` under `FSDPMemTracker`."""
+    import os
+
+    from dapo_rl.actor import Actor
+    from dapo_rl.distributed import init_distributed, shutdown
+    from dapo_rl.plan import model_config
+    from dapo_rl.plan_measure import measure_setup, tracked_update
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
+    cfg = load_config("tiny_chain_sum", MEASURE_OVERRIDES)
+    ctx = init_distributed("cpu")
+    try:
+        actor_cfg, batch, _, micro_batches = measure_setup(cfg, world, model_config(cfg).vocab_size)
+        assert micro_batches == 2
+        actor = Actor(
+            model_dir,
+            actor_cfg,
+            cfg.algorithm,
+            ctx,
+            dtype=cfg.model.dtype,
+            temperature=cfg.rollout.temperature,
+            attn_implementation="sdpa",
+        )
+        result = tracked_update(actor, batch)
+        if ctx.is_main:
+            torch.save(result, out)
+    finally:
+        shutdown(ctx)
+
+
+def test_fake_measurement_equals_a_real_two_rank_update(tmp_path):
+    """The update measured on fake tensors at 2 fake ranks against the same FSDPMemTracker around a real 2-rank gloo
+    update of the same batch (the embedded model, checkpointing, bf16 compute). Measured: 0.9986 of the real peak
+    (the real run also counts the batch's host-side slices, which live on the same CPU there); resident state equal.
+    """
+    import torch.multiprocessing as mp
+    from transformers import AutoModelForCausalLM
+
+    from dapo_rl.plan import model_config
+    from dapo_rl.plan_measure import measure_update
+
+    cfg = load_config("tiny_chain_sum", MEASURE_OVERRIDES)
+    AutoModelForCausalLM.from_config(model_config(cfg)).save_pretrained(tmp_path / "model")
+    out = tmp_path / "real.pt"
+    mp.start_processes(
+        _real_update_rank,
+        args=(2, _free_port(), str(tmp_path / "model"), str(out)),
+        nprocs=2,
+        start_method="spawn",
+    )
+    real = torch.load(out, weights_only=False)
+    fake = measure_update(cfg, model_config(cfg), world_size=2)
+    assert not torch.distributed.is_initialized()  # the fake process group is gone
+    ratio = fake["update_peak"]["total"] / real["update_peak"]["total"]
+    print(
+        f"update peak per rank: fake {fake['update_peak']['total']:,} B, real {real['update_peak']['total']:,} B, "
+        f"fake / real {ratio:.4f}; resident {fake['resident']['total']:,} B vs {real['resident']['total']:,} B"
+    )
+    assert ratio == pytest.approx(1.0, abs=0.01)
+    assert fake["resident"]["total"] == pytest.approx(real["resident"]["total"], rel=1e-3)
+    for kind in ("params", "grads", "optimizer", "temporaries"):  # the host-side slices are activations
+        assert fake["update_peak"][kind] == pytest.approx(real["update_peak"][kind], rel=1e-3), kind
+
+
+def test_fake_measurement_equals_a_real_one_process_update(tmp_path):
+    """One process (no FSDP2, `MemTracker`, bf16 autocast): the fake measurement against the real update."""
+    from transformers import AutoModelForCausalLM
+
+    from dapo_rl.actor import Actor
+    from dapo_rl.plan import model_config
+    from dapo_rl.plan_measure import measure_setup, measure_update, tracked_update
+
+    cfg = load_config("tiny_chain_sum", ["actor.autocast_dtype=bfloat16", "actor.ppo_micro_batch_size=16"])
+    AutoModelForCausalLM.from_config(model_config(cfg)).save_pretrained(tmp_path)
+    actor_cfg, batch, _, micro_batches = measure_setup(cfg, 1, model_config(cfg).vocab_size)
+    assert micro_batches == 2
+    actor = Actor(str(tmp_path), actor_cfg, cfg.algorithm, dtype=cfg.model.dtype, attn_implementation="sdpa")
+    real = tracked_update(actor, batch)
+    fake = measure_update(cfg, model_config(cfg), world_size=1)
+    ratio = fake["update_peak"]["total"] / real["update_peak"]["total"]
+    print(f"one process: fake / real update peak {ratio:.4f}")
+    assert ratio == pytest.approx(1.0, abs=0.01)
+    assert fake["resident"]["total"] == real["resident"]["total"]
+
+
+def test_plan_measure_prints_the_measured_memory(capsys):
+    assert main(["plan", "tiny_chain_sum", "trainer.n_gpus_per_node=2", "--measure"]) == 0
+    out = capsys.readouterr().out
+    assert "measured per GPU (GiB; the real Actor.update on fake tensors" in out
+    assert "2 fake ranks, FSDPMemTracker" in out
+    for row in ("update phase", "loading", "rollout phase", "temporaries"):
+        assert f"\n  {row}" in out
+    assert "verdict   FITS 2 x 80 GiB GPUs (1 x 2): measured peak" in out
+    assert not torch.distributed.is_initialized()
+
+
+def test_measured_phases_by_hand():
+    from dapo_rl.plan import add_measurement
+
+    plan = plan_recipe(load_config("dapo_qwen2.5_32b"))
+    zero = dict.fromkeys(("params", "grads", "optimizer", "activations", "temporaries"), 0)
+    measured = {
+        "update_peak": {**zero, "total": 70 * GIB, "tracker": {}},
+        "resident": {**zero, "params": GIB, "optimizer": 2 * GIB, "total": 3 * GIB, "tracker": {}},
+        "world_size": 128,
+        "largest_param_bytes": 3 * GIB,
+    }
+    ms = add_measurement(plan, measured)["measured"]
+    assert ms["update"] == 70 * GIB  # vLLM asleep at sleep_level 2
+    assert ms["loading"] == GIB + 3 * GIB  # shards + the full parameter in flight
+    assert ms["loading_host"] == QWEN25_32B_PARAMS * 4  # rank 0 reads the fp32 model into host memory
+    assert ms["rollout"] == 3 * GIB + int(0.8 * 80 * GIB)
+    assert ms["peak"] == 70 * GIB and ms["fits"] is True
+    awake = add_measurement(plan_recipe(load_config("dapo_qwen2.5_32b", ["rollout.sleep_level=0"])), measured)
+    assert awake["measured"]["update"] == 70 * GIB + int(0.8 * 80 * GIB)
+    assert awake["measured"]["fits"] is False
+
+
+def test_measured_micro_batch_follows_the_recipe():
+    from dapo_rl.plan_measure import measure_setup, micro_batch_rows
+
+    assert micro_batch_rows(load_config("dapo_qwen2.5_32b"), 128) == 1
+    assert micro_batch_rows(load_config("dapo_qwen2.5_1.5b_math"), 1) == 4
+    actor_cfg, batch, rows, micro_batches = measure_setup(load_config("dapo_qwen2.5_1.5b_math"), 1, 100)
+    assert (rows, micro_batches, actor_cfg.ppo_micro_batch_size, actor_cfg.autocast_dtype) == (
+        4,
+        2,
+        4,
+        "bfloat16",
+    )
+    assert batch.input_ids.shape == (8, 1024 + 3072) and bool(batch.attention_mask.all())
+    # tiny_chain_sum: a rank's 64-sequence mini-batch is one micro-batch (ppo_micro_batch_size 256)
+    _, batch, rows, micro_batches = measure_setup(load_config("tiny_chain_sum"), 1, 258)
+    assert (rows, micro_batches, len(batch)) == (64, 1, 64)
+    assert (
+        micro_batch_rows(load_config("tiny_chain_sum"), 2) == 32
+    )  # the rank's share of a mini-batch: 8 x 8 / 2
+    dyn = load_config(
+        "dapo_qwen2.5_1.5b_math", ["actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=9000"]
+    )
+    assert micro_batch_rows(dyn, 1) == 2  # two 4,096-token rows in a 9,000-token budget

@@ -18,7 +18,7 @@ import torch
 from dapo_rl.algo import entropy_from_logits, get_policy_loss, logprobs_from_logits, masked_mean
 from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
-from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
+from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.perf import choose_autocast_dtype
 
@@ -232,6 +232,10 @@ class Actor:
             those of the sampling distribution (verl does the same).
         attn_implementation: transformers' attention kernel (`model.attn_implementation` resolved by the trainer;
             None: transformers' default).
+        config: a transformers config to build the model from instead of reading `model_path` (which is then
+            only a label): no weights are read or broadcast; the parameters are transformers' random initialisation
+            (one process) or whatever `Module.to_empty` leaves (FSDP2). For measuring memory (`dapo plan --measure`
+            runs this under `FakeTensorMode`), never for training.
 
     Raises:
         ConfigError: the weights cannot be loaded.
@@ -248,6 +252,7 @@ class Actor:
         trust_remote_code: bool = False,
         temperature: float = 1.0,
         attn_implementation: str | None = None,
+        config=None,
     ):
         self.cfg, self.algo = cfg, algo
         self.ctx = ctx or DistContext()
@@ -268,11 +273,17 @@ class Actor:
                 attn_implementation,
                 compute_dtype=torch.bfloat16 if bf16 else None,
                 gradient_checkpointing=cfg.gradient_checkpointing,
+                config=config,
             )
         else:
-            model = load_model(
-                model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
-            ).to(self.ctx.device)
+            if config is None:
+                model = load_model(
+                    model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
+                ).to(self.ctx.device)
+            else:  # no weights: memory measurement
+                model = model_from_config(
+                    config, dtype, trust_remote_code, attn_implementation, self.ctx.device
+                )
             if cfg.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
@@ -794,6 +805,7 @@ def load_sharded_model(
     *,
     compute_dtype: torch.dtype | None = None,
     gradient_checkpointing: bool = False,
+    config=None,
 ):
     """A checkpoint's causal LM, FSDP2-sharded over `ctx.mesh`, without any rank holding the whole model on its
     device: every rank builds the model on the `meta` device (no memory), shards it (`fully_shard`), allocates its
@@ -810,28 +822,31 @@ def load_sharded_model(
         attn_implementation: transformers' attention kernel, or None.
         compute_dtype: FSDP2 mixed-precision compute dtype (`dapo_rl.distributed.fsdp.shard_model`).
         gradient_checkpointing: enable transformers' non-reentrant activation checkpointing.
+        config: build from this transformers config instead: no checkpoint is read and nothing is broadcast, the
+            shards hold whatever `to_empty` leaves (`Actor(config=...)`: memory measurement only).
 
     Raises:
         ConfigError: the checkpoint cannot be read (on any rank: the error reaches every rank).
     """
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     from dapo_rl.distributed.fsdp import shard_model
 
+    weights = config is None
     full, failure = None, None
     try:
-        if ctx.is_main:
+        if weights and ctx.is_main:
             full = load_model(path, dtype, trust_remote_code, attn_implementation=attn_implementation)
             config = full.config
-        else:
+        elif weights:
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as e:  # reported on every rank below, never left for the others to wait on
         failure = e
-    # over the CPU group (long timeout): the other ranks wait here while rank 0 reads the whole checkpoint
-    bad = any(all_gather_objects(failure is not None, ctx))
-    if bad:
+    if weights:  # the other ranks wait while rank 0 reads the whole checkpoint: on the long-timeout gloo group
+        barrier(ctx, checkpoint=True)
+    if weights and any(all_gather_objects(failure is not None, ctx)):
         raise (
             failure
             if isinstance(failure, ConfigError)
@@ -839,15 +854,13 @@ def load_sharded_model(
                 f"model.path={path}: cannot load a causal LM from it ({failure or 'failed on another rank'})"
             )
         )
-    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            config, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
-        )
+    model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     shard_model(model, ctx.mesh, compute_dtype)
     model.to_empty(device=ctx.device)
+    if not weights:
+        return model
     state = full.state_dict() if full is not None else {}
     set_model_state_dict(
         model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -859,6 +872,29 @@ def load_sharded_model(
         dist.broadcast(buf, src=0)
     del full, state, source
     return model
+
+
+def model_from_config(
+    config,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    device: torch.device | str = "meta",
+):
+    """The causal LM of a transformers `config`, parameters in `dtype` (`model.dtype`), built on `device`: on `meta`
+    shapes only, no memory and no values (`Module.to_empty(device=...)` allocates them, uninitialised); elsewhere
+    with transformers' random initialisation.
+
+    Raises:
+        ValueError: transformers cannot build a causal LM from `config`, or the attention kernel is unknown.
+    """
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(
+            config, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
+        )
 
 
 def _set_config_dtype(config_json: Path, dtype: torch.dtype) -> None:

@@ -19,15 +19,25 @@ Memory model, per rank (one GPU), in bytes:
   at the maximum lengths, in the compute dtype, assuming flash/SDPA attention (no seq x seq score matrix): per
   decoder layer and token about `6 h + 2 kv + 4 i` values (norm inputs and outputs, q, k, v, attention output; gate,
   up, activation and product of the MLP; h = hidden size, kv = key/value width, i = MLP width); with gradient
-  checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute. The logits
-  add `vocab x (compute bytes + 4)` per token (the compute-dtype logits and their fp32 copy for the log-softmax).
-  An estimate for the order of magnitude, not a measurement.
+  checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute.
+- Logits, as `Actor.forward` makes them: only the response positions go through the LM head (`logits_to_keep`:
+  `max_response_length` per sequence), and each of them holds `vocab x (c + c + 4)` bytes: the compute-dtype logits
+  (c bytes), their gathered copy (c; the padded forward only, i.e. unless `actor.use_remove_padding` or a
+  `flash_attention_*` kernel packs the micro-batch) and the fp32 logits / temperature, which the backward of the
+  log-softmax's logsumexp keeps. The entropy (a metric) is computed without gradient,
+  `dapo_rl.actor.ENTROPY_CHUNK_TOKENS` positions at a time: `3 x 1,024 x vocab x 4` bytes of temporaries
+  (log-softmax, its exp, their product). Not counted: the backward's own temporaries (the logits' gradients) and
+  the moment `.float() / temperature` holds two fp32 copies; `dapo plan --measure` (`dapo_rl.plan_measure`) counts
+  them. An estimate for the order of magnitude.
 - vLLM (`rollout.name=vllm` on GPUs): `rollout.gpu_memory_utilization x GPU memory`, which vLLM takes whole for its
   weights (bf16, split over `rollout.tensor_model_parallel_size` GPUs) and KV cache. It is resident while
   generating; during the update it sleeps (`rollout.sleep_level` >= 1 frees it) or stays (0).
 
-The peak is the larger of the rollout phase (states + engine) and the update phase (states + compute copies +
-activations + an awake engine). Not included: the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
+The peak is the larger of the rollout phase (parameters + AdamW moments + engine: `Actor.update` frees the
+gradients at its end) and the update phase (states + compute copies + activations + an awake engine). Not included:
+the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
+
+`dapo plan --measure` measures the update instead of estimating it: `dapo_rl.plan_measure`.
 """
 
 from __future__ import annotations
@@ -245,6 +255,45 @@ def model_shape(cfg: Config) -> dict[str, Any]:
     )
 
 
+def model_config(cfg: Config):
+    """The policy's transformers config, from the same sources as `model_shape` (no weights read): the embedded tiny
+    model's `Qwen2Config` (`dapo_rl.models.tiny`), a config.json under `model.path`, SmolLM2's published shape
+    (`LlamaConfig`) before its conversion, or `model.size_hint`'s Qwen2.5 shape (`Qwen2Config`).
+
+    Raises:
+        ConfigError: as `model_shape`.
+    """
+    from transformers import AutoConfig, LlamaConfig, Qwen2Config
+
+    m = cfg.model
+    if m.path == "embedded":
+        s = cfg.sft
+        return Qwen2Config(
+            vocab_size=EMBEDDED_VOCAB_SIZE,
+            hidden_size=s.hidden_size,
+            num_hidden_layers=s.num_layers,
+            num_attention_heads=s.num_heads,
+            num_key_value_heads=s.num_heads,
+            intermediate_size=s.intermediate_size,
+            max_position_embeddings=s.max_position_embeddings,
+            tie_word_embeddings=True,
+            eos_token_id=EMBEDDED_VOCAB_SIZE - 2,
+            pad_token_id=EMBEDDED_VOCAB_SIZE - 1,
+            bos_token_id=None,
+        )
+    path = Path(smollm2_dir() if m.path == SMOLLM2_ALIAS else m.path)
+    if (path / "config.json").is_file():
+        try:
+            return AutoConfig.from_pretrained(path, trust_remote_code=m.trust_remote_code)
+        except Exception as e:  # as _shape_from_checkpoint
+            raise ConfigError(f"model.path={m.path}: cannot read config.json ({e})") from e
+    if m.path == SMOLLM2_ALIAS:
+        return LlamaConfig(**{k: v for k, v in SMOLLM2_135M_SHAPE.items() if k != "name"})
+    model_shape(cfg)  # the same errors as the plan for a missing or unknown size hint
+    shape = QWEN25_SHAPES[m.size_hint.strip().lower()]
+    return Qwen2Config(**{k: v for k, v in shape.items() if k != "name"})
+
+
 def world_layout(cfg: Config) -> tuple[int, int]:
     """`(nodes, ranks per node)` the plan assumes.
 
@@ -374,8 +423,17 @@ def plan_recipe(
         else:
             act_layers = shape["num_layers"] * tokens * per_token_layer
             act_recompute = 0
+    padded = not (
+        act.use_remove_padding
+        if act.use_remove_padding is not None
+        else cfg.model.attn_implementation.startswith("flash_attention")
+    )
     if shape["vocab_size"]:
-        act_logits = tokens * shape["vocab_size"] * (cbytes + 4)
+        from dapo_rl.actor import ENTROPY_CHUNK_TOKENS
+
+        kept = micro * d.max_response_length  # logits_to_keep: the response positions only
+        act_logits = kept * shape["vocab_size"] * (cbytes + (cbytes if padded else 0) + 4)
+        act_logits += 3 * min(ENTROPY_CHUNK_TOKENS, kept) * shape["vocab_size"] * 4
     activations = (
         None if act_layers is None or act_logits is None else act_layers + act_recompute + act_logits
     )
@@ -407,11 +465,12 @@ def plan_recipe(
             )
         if world % tp:
             warnings.append(f"rollout.tensor_model_parallel_size={tp} does not divide the world size {world}")
-    elif r.name == "vllm":  # vLLM-CPU: a fixed KV cache plus its copy of the weights
+    elif r.name == "vllm":  # vLLM-CPU: a fixed KV cache plus its copy of the weights, no sleep mode
         engine = int(r.kv_cache_gib * GIB) + n * pbytes
+        engine_asleep = False
     else:  # transformers generate: the actor's own weights plus the KV cache of one generation batch
         engine = r.micro_batch_size * max_len * kv_per_token * pbytes
-    rollout_phase = states + engine
+    rollout_phase = params + optimizer + engine  # Actor.update frees the gradients at its end
     update_phase = states + compute + (activations or 0) + (0 if engine_asleep else engine)
     peak = max(rollout_phase, update_phase)
     memory = {
@@ -577,24 +636,32 @@ def format_plan(plan: dict[str, Any]) -> str:
             f" x {b['max_sequence_length']:,} tokens"
         )
         sleep = "the transformers engine's KV cache is freed"
-    lines.append(f"  rollout phase     {_gib(mem['rollout_phase'])}   states + engine")
+    lines.append(
+        f"  rollout phase     {_gib(mem['rollout_phase'])}   parameters + AdamW moments + engine (the update frees the "
+        "gradients)"
+    )
     lines.append(
         f"  update phase      {_gib(mem['update_phase'])}   states + compute copies + activations; {sleep}"
     )
     lines.append(f"  peak              {_gib(mem['peak'])}")
     lines.append("")
-    peak = mem["peak"] / GIB
+    measured = plan.get("measured")
+    if measured is not None:
+        lines.extend(_format_measured(plan, unit))
+        lines.append("")
+    peak = (measured or mem)["peak"] / GIB
+    which = "measured peak" if measured is not None else "peak"
     if mem["fits"] is None:
-        lines.append(f"verdict   needs ~{peak:.1f} GiB of host memory per process (device cpu)")
+        lines.append(f"verdict   needs ~{peak:.1f} GiB of host memory per process (device cpu; {which})")
     else:
         gpus = f"{world} x {gpu_gib:g} GiB GPUs ({hw['nnodes']} x {hw['ranks_per_node']})"
-        if mem["fits"]:
+        if (measured or mem)["fits"]:
             lines.append(
-                f"verdict   FITS {gpus}: peak {peak:.1f} GiB per GPU, {gpu_gib - peak:.1f} GiB to spare"
+                f"verdict   FITS {gpus}: {which} {peak:.1f} GiB per GPU, {gpu_gib - peak:.1f} GiB to spare"
             )
         else:
             lines.append(
-                f"verdict   DOES NOT FIT {gpus}: peak {peak:.1f} GiB per GPU exceeds {gpu_gib:g} GiB by "
+                f"verdict   DOES NOT FIT {gpus}: {which} {peak:.1f} GiB per GPU exceeds {gpu_gib:g} GiB by "
                 f"{peak - gpu_gib:.1f} GiB"
             )
         lines.append(
@@ -605,3 +672,114 @@ def format_plan(plan: dict[str, Any]) -> str:
     for note in plan["notes"]:
         lines.append(f"note      {note}")
     return "\n".join(lines)
+
+
+def measurement_attn_implementation(cfg: Config) -> tuple[str, str | None]:
+    """The attention kernel `dapo plan --measure` runs the model with, and a note when it is not the configured one:
+    `model.attn_implementation` itself, except `auto` (on a GPU `flash_attention_2` or `sdpa`) and `flash_attention_*`
+    (CUDA only), which are measured as `sdpa` (the padded forward; flash-attention would pack it)."""
+    impl = cfg.model.attn_implementation
+    if impl == "auto" or impl.startswith("flash_attention"):
+        return (
+            "sdpa",
+            f"measured with sdpa attention (model.attn_implementation={impl}; no flash-attention here)",
+        )
+    return impl, None
+
+
+def add_measurement(plan: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """The plan with a `measured` section: the phases per GPU from a measured update
+    (`dapo_rl.plan_measure.measure_update`) and the plan's engine figures.
+
+    - `update`: the update's measured peak, plus the engine when it stays awake (`rollout.sleep_level=0`, vLLM-CPU).
+    - `loading`: the device while the actor loads. FSDP2: every rank holds its shards (`resident` parameters) while
+      rank 0 broadcasts one full parameter at a time (`set_model_state_dict(broadcast_from_rank0=True)`: the largest,
+      `largest_param_bytes`, is in flight on every rank at once). One process: the whole model, moved in from the
+      host. `loading_host`: rank 0's host memory, the full model in `model.dtype` (`load_model`).
+    - `rollout`: parameters and AdamW state (`resident`: what the update leaves) plus the engine.
+    - `peak`: the largest of the three; `fits`: against the GPU (None on CPU).
+
+    Returns:
+        A new plan dict; `plan["measured"]` holds `measured`'s fields and `update`, `loading`, `loading_host`,
+        `rollout`, `peak`, `fits` (bytes per rank).
+    """
+    mem, hw = plan["memory"], plan["hardware"]
+    resident = measured["resident"]
+    engine = mem["engine"]
+    update = measured["update_peak"]["total"] + (0 if mem["engine_asleep_in_update"] else engine)
+    sharded = measured["world_size"] > 1
+    loading = resident["params"] + (measured["largest_param_bytes"] if sharded else 0)
+    rollout = resident["total"] + engine
+    top = max(update, loading, rollout)
+    out = dict(measured)
+    out.update(
+        update=update,
+        loading=loading,
+        loading_host=plan["model"]["num_params"] * mem["param_bytes"],
+        rollout=rollout,
+        peak=top,
+        fits=None if mem["fits"] is None else top <= hw["gpu_memory_bytes"],
+    )
+    return {**plan, "measured": out}
+
+
+def _format_measured(plan: dict[str, Any], unit: str) -> list[str]:
+    """The `--measure` block of `format_plan`: measured GiB per rank beside the estimate's."""
+    mem, ms, s = plan["memory"], plan["measured"], plan["settings"]
+    peak, resident, world = ms["update_peak"], ms["resident"], ms["world_size"]
+    tracker = "FSDPMemTracker" if world > 1 else "MemTracker"
+    ranks = f"{world} fake ranks" if world > 1 else "one process"
+    micro = f"{ms['micro_batches']} micro-batch{'es' * (ms['micro_batches'] != 1)}"
+    lines = [
+        f"measured per {unit} (GiB; the real Actor.update on fake tensors: FakeTensorMode on {ms['device']}, {ranks}, "
+        f"{tracker}; one mini-batch of {micro} x {ms['rows']} x "
+        f"{plan['batch']['max_sequence_length']:,} tokens, {ms['compute_dtype']} compute; {ms['seconds']:.0f} s)",
+        " " * 19 + "measured  estimate",
+    ]
+
+    def row(name: str, value: int, estimate: int | None, what: str) -> None:
+        est = "       -" if estimate is None else f"{estimate / GIB:8.2f}"
+        lines.append(f"  {name:<18}{_gib(value)}  {est}   {what}".rstrip())
+
+    def parts(names: tuple[str, ...]) -> str:
+        shown = [
+            n for n in names if peak["tracker"].get(n, 0) >= GIB / 200
+        ]  # what rounds to 0.00 is left out
+        return " + ".join(f"{n} {peak['tracker'][n] / GIB:.2f}" for n in shown)
+
+    params = parts(("Sharded Param", "Unsharded Param", "All Gather", "Parameter", "Buffer"))
+    row("parameters", peak["params"], mem["params"] + mem["compute_copies"], params)
+    grads = parts(("Sharded Grad", "Unsharded Grad", "Reduce Scatter", "Gradient"))
+    row("gradients", peak["grads"], mem["grads"], grads)
+    row("AdamW moments", peak["optimizer"], mem["optimizer"], "")
+    row("activations", peak["activations"], mem["activations"], "the forward's, recomputed ones included")
+    row("temporaries", peak["temporaries"], None, "the backward's: gradients of activations and logits")
+    if not mem["engine_asleep_in_update"]:
+        engine = f" + engine {mem['engine'] / GIB:.2f} (awake)"
+    elif plan["rollout"]["name"] == "vllm":
+        engine = f"; vLLM asleep (rollout.sleep_level={s['sleep_level']})"
+    else:
+        engine = "; the engine's KV cache is freed"
+    row("update phase", ms["update"], mem["update_phase"], f"the peak above{engine}")
+    if world > 1:
+        what = (
+            f"shards {resident['params'] / GIB:.2f} + the largest full parameter in flight "
+            f"{ms['largest_param_bytes'] / GIB:.2f} (rank 0 broadcasts one at a time)"
+        )
+    else:
+        what = "the whole model, moved in from the host"
+    row(
+        "loading",
+        ms["loading"],
+        None,
+        f"{what}; rank 0's host: {ms['loading_host'] / GIB:.2f} (the full model)",
+    )
+    row(
+        "rollout phase",
+        ms["rollout"],
+        mem["rollout_phase"],
+        f"parameters + AdamW moments {resident['total'] / GIB:.2f} (left by the update) + engine "
+        f"{mem['engine'] / GIB:.2f}",
+    )
+    row("peak", ms["peak"], mem["peak"], "")
+    return lines
