@@ -6,25 +6,19 @@ parameters. GPU paths (NCCL, bf16 mixed precision) skip here with their reason.
 """
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from ranks import free_port, join_gloo
 
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig
-from dapo_rl.distributed import DistContext, balanced_partition, init_distributed, shard_minibatches, shutdown
+from dapo_rl.distributed import DistContext, balanced_partition, shard_minibatches, shutdown
 from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
 
 N = 16  # sequences; two mini-batches of 8, so the second optimizer step is off-policy (ratio != 1)
 MINI = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batch_lists():
@@ -68,15 +62,7 @@ def _update(model_dir, ctx: DistContext, loss_agg_mode: str):
 
 
 def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str, loss_agg_mode: str):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
-    ctx = init_distributed("cpu")
+    ctx = join_gloo(rank, world, port)
     try:
         actor, metrics, params = _update(model_dir, ctx, loss_agg_mode)
         actor.save(os.path.join(out_dir, "ckpt"))
@@ -126,7 +112,7 @@ def test_fsdp2_update_on_two_ranks_equals_one_process(model_dir, tmp_path, loss_
     """Acceptance: loss, grad norm and every parameter within 1e-5; the 2-rank checkpoint resumes at 1 rank."""
     mp.start_processes(
         _rank_main,
-        args=(2, _free_port(), str(model_dir), str(tmp_path), loss_agg_mode),
+        args=(2, free_port(), str(model_dir), str(tmp_path), loss_agg_mode),
         nprocs=2,
         start_method="spawn",
     )
@@ -208,15 +194,7 @@ def _reset_peak_rss() -> int:
 def _load_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str):
     """Rank `rank` builds the actor (meta model, shards, rank 0 broadcasts) and reports its peak RSS growth and its
     full parameters (gathered)."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
-    ctx = init_distributed("cpu")
+    ctx = join_gloo(rank, world, port)
     try:
         from transformers import AutoConfig
 
@@ -250,7 +228,7 @@ def test_two_ranks_build_the_model_from_rank_0_without_a_full_copy_each(tmp_path
     want_buffers = {k: v.clone() for k, v in model.named_buffers()}
     del model
     mp.start_processes(
-        _load_rank_main, args=(2, _free_port(), str(model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
+        _load_rank_main, args=(2, free_port(), str(model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
     )
     r0, r1 = (torch.load(tmp_path / f"r{r}.pt", weights_only=True) for r in (0, 1))
     for got in (r0, r1):
@@ -336,14 +314,7 @@ def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str):
     from dapo_rl.collect import make_train_batch
     from dapo_rl.config import load_config
 
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    ctx = init_distributed("cpu")
+    ctx = join_gloo(rank, world, port)
     try:
         cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
         groups = [
@@ -370,7 +341,7 @@ def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path):
     from dapo_rl.config import load_config
 
     mp.start_processes(
-        _exchange_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+        _exchange_rank_main, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
     )
     cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
     for r in (0, 1):

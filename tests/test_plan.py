@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ranks import free_port, join_gloo
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from dapo_rl.cli import main
@@ -210,14 +211,6 @@ def test_vllm_cpu_engine_is_awake_through_the_update():
 
 
 # ---------------------------------------------------------------------------------------------- dapo plan --measure
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 MEASURE_OVERRIDES = [
     "actor.gradient_checkpointing=true",
     "actor.autocast_dtype=bfloat16",
@@ -229,23 +222,13 @@ per mini-batch and rank (the second with the first's gradients resident)."""
 
 def _real_update_rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     """One rank of a real gloo job: the measured batch through `Actor.update` under `FSDPMemTracker`."""
-    import os
-
     from dapo_rl.actor import Actor
-    from dapo_rl.distributed import init_distributed, shutdown
+    from dapo_rl.distributed import shutdown
     from dapo_rl.plan import model_config
     from dapo_rl.plan_measure import measure_setup, tracked_update
 
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
     cfg = load_config("tiny_chain_sum", MEASURE_OVERRIDES)
-    ctx = init_distributed("cpu")
+    ctx = join_gloo(rank, world, port)
     try:
         actor_cfg, batch, _, micro_batches = measure_setup(cfg, world, model_config(cfg).vocab_size)
         assert micro_batches == 2
@@ -281,7 +264,7 @@ def test_fake_measurement_equals_a_real_two_rank_update(tmp_path):
     out = tmp_path / "real.pt"
     mp.start_processes(
         _real_update_rank,
-        args=(2, _free_port(), str(tmp_path / "model"), str(out)),
+        args=(2, free_port(), str(tmp_path / "model"), str(out)),
         nprocs=2,
         start_method="spawn",
     )
