@@ -81,5 +81,7 @@ def test_throughput_memory_and_trainer_sections_on_the_cpu():
         assert got.get(k) == "PASS", k
     assert got.get("memory/32b-2layers") == got.get("memory/1.5b-recipe") == "SKIP"
     assert any("CUDA memory statistics need a GPU" in line for line in lines)
-    assert any("compare with `dapo plan --measure`" in line for line in lines)
+    # the same shapes through `dapo plan --measure` (a subprocess), its measured table beside the GPU's figures
+    assert any("dapo plan --measure for the same shapes" in line for line in lines)
+    assert any("| measured per GPU" in line for line in lines)
     assert code == 0
