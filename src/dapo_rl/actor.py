@@ -728,9 +728,8 @@ class Actor:
         if self.ctx.is_main:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
-            if (
-                self.export_dtype is not None
-            ):  # config.json says what the tensors hold, not the fp32 master's dtype
+            # config.json says what the tensors hold, not the fp32 master's dtype
+            if self.export_dtype is not None:
                 _set_config_dtype(path / "model" / "config.json", self.export_dtype)
         del full
 
@@ -844,7 +843,9 @@ def load_sharded_model(
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as e:  # reported on every rank below, never left for the others to wait on
         failure = e
-    if weights:  # the other ranks wait while rank 0 reads the whole checkpoint: on the long-timeout gloo group
+    if (
+        weights
+    ):  # the other ranks wait while rank 0 reads the whole checkpoint: on the long-timeout gloo group
         barrier(ctx, checkpoint=True)
     if weights and any(all_gather_objects(failure is not None, ctx)):
         raise (

@@ -910,17 +910,21 @@ def _step_stats(
 
 
 def _fetch_rows(
-    groups: list[PromptGroup], rows: list[int], order, minibatch_size: int, ctx: DistContext
+    groups: list[PromptGroup],
+    rollouts: list[Rollout],
+    lengths: list[int],
+    rows: list[int],
+    order,
+    minibatch_size: int,
+    ctx: DistContext,
 ) -> list[Rollout]:
     """The rollouts of this rank's `rows` (indices into the batch's flattened rollouts), complete: rows another
     rank sampled (`PromptGroup.owner`) come from it through one object all-to-all, in which every rank sends each
     other rank only the rows that rank trains on (each rank works out every rank's rows with the same
-    `shard_minibatches` call)."""
-    rollouts = [x for g in groups for x in g.rollouts]
+    `shard_minibatches` call as `make_train_batch`, over its flattened `rollouts` and their `lengths`)."""
     owners = [g.owner for g in groups for _ in g.rollouts]
     if not ctx.distributed or all(o < 0 for o in owners):
         return [rollouts[i] for i in rows]
-    lengths = [len(x.prompt_ids) + x.response_length for x in rollouts]
     send: list[list[tuple[int, list[int], list[float]]]] = [[] for _ in range(ctx.world_size)]
     for r in range(ctx.world_size):
         if r == ctx.rank:
@@ -981,14 +985,10 @@ def make_train_batch(
         order = torch.randperm(
             len(rollouts), generator=torch.Generator().manual_seed(cfg.trainer.seed + step)
         )
-    rows, minibatch = shard_minibatches(
-        [len(x.prompt_ids) + x.response_length for x in rollouts],
-        cfg.actor.ppo_mini_batch_size * cfg.rollout.n,
-        ctx.world_size,
-        ctx.rank,
-        order,
-    )
-    mine = _fetch_rows(groups, rows, order, cfg.actor.ppo_mini_batch_size * cfg.rollout.n, ctx)
+    lengths = [len(x.prompt_ids) + x.response_length for x in rollouts]
+    mini = cfg.actor.ppo_mini_batch_size * cfg.rollout.n
+    rows, minibatch = shard_minibatches(lengths, mini, ctx.world_size, ctx.rank, order)
+    mine = _fetch_rows(groups, rollouts, lengths, rows, order, mini, ctx)
     stale = [g.key[0] == 0 for g in groups for _ in g.rollouts]  # carried from the previous step
     return TrainBatch.build(
         [x.prompt_ids for x in mine],

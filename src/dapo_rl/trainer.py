@@ -735,9 +735,8 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
         return EXIT_CONFIG
     finally:
         close = getattr(getattr(trainer, "engine", None), "close", None)
-        if (
-            close is not None
-        ):  # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)
+        # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)
+        if close is not None:
             try:
                 close()
             except Exception as e:  # the run's exit code stands

@@ -380,10 +380,9 @@ def _clear_stale_cpu_shm() -> None:
 
     import torch.distributed as dist
 
-    if (
-        int(os.environ.get("LOCAL_RANK", "0")) == 0
-    ):  # each machine's first rank; the names start with the empty
-        for path in glob.glob("/dev/shm/-*-cpushm_*"):  # ident of external_launcher (other vLLM jobs: a port)
+    # each machine's first rank; the names start with external_launcher's empty ident (other vLLM jobs: a port)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        for path in glob.glob("/dev/shm/-*-cpushm_*"):
             with contextlib.suppress(OSError):
                 os.unlink(path)
     dist.barrier()
