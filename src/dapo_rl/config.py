@@ -155,7 +155,7 @@ class FilterGroupsConfig:
     prompt is then skipped `skip_solved` draws if most answers were right, else `skip_unsolved` (no backoff); 0: off.
     Measured (`dapo ablate zero_waste_epochs`, 512 prompts, 3 seeds, 0.3): 65% more draws skipped, but the same
     waste (41.3% against 41.1%) and held-out accuracy within the seeds' spread: on a small pool a skipped prompt
-    comes back sooner the more prompts are skipped (README, "When prompts come back")."""
+    comes back sooner the more prompts are skipped (docs/ablation.md, "When prompts come back")."""
     prioritize: bool = False
     """Zero-waste, draws by signal: each round samples the prompts most likely to give a group whose answers
     differ, instead of the next ones in the epoch's order. A prompt's chance of an all-correct or all-wrong group
@@ -165,7 +165,7 @@ class FilterGroupsConfig:
     in a seeded random order. Measured on the tiny task's 512 prompts at the start (two groups of 8 per prompt):
     a first group 2-6 of 8 right is followed by an all-right or all-wrong group 9% of the time, against 44% for a
     random prompt (an fp32 warm-up). In training (`dapo ablate zero_waste_epochs`, 512 prompts): far less waste than
-    discarding the surplus but not under 10%, held-out accuracy level (README, "Drawing by signal"); trained prompts
+    discarding the surplus but not under 10%, held-out accuracy level (docs/ablation.md, "Drawing by signal"); trained prompts
     come back all correct, so the last group is a weaker guide than with the policy held still. Excludes
     `skip_solved` / `skip_unsolved`."""
     prioritize_half_life: float = 8.0
@@ -182,7 +182,7 @@ class FilterGroupsConfig:
     value tracker instead of the group mean); the pooled window keeps the estimate GRPO's (the new scores are in
     the mean and std, as in a group). The older a pooled group, the more the policy has moved since it, and the
     worse a baseline it makes (`history_max_age`). With `prioritize`, prompts whose recent groups all agree are
-    drawn last. Measured (`dapo ablate zero_waste_epochs`, 512 prompts, README "Training on the all-agreeing
+    drawn last. Measured (`dapo ablate zero_waste_epochs`, 512 prompts, docs/ablation.md "Training on the all-agreeing
     groups"): waste 10.1% and 9.5% (seeds 0 and 1) against 45.2% with `prioritize` alone, but half of each batch
     became groups trained against history, mostly all-right groups of learned prompts; entropy fell to 0.015
     (DAPO 0.055) and held-out accuracy to 0.359 +- 0.001 (DAPO 0.404 +- 0.008, same seeds)."""
@@ -191,7 +191,7 @@ class FilterGroupsConfig:
     centre them (False: without the std division, as Dr. GRPO drops it, Liu et al. 2025, arXiv 2503.20783), so that
     an all-right group of a prompt the policy already gets right nearly every time moves it by 1 - mean (small), not
     by (1 - mean) / std (large as the std shrinks). Mixed groups keep `algorithm.norm_adv_by_std_in_grpo`.
-    Measured (`dapo ablate zero_waste_epochs`, README "Training on the all-agreeing groups"): alone, no clear
+    Measured (`dapo ablate zero_waste_epochs`, docs/ablation.md "Training on the all-agreeing groups"): alone, no clear
     change (held-out 0.332, one seed); with DAPO's optimizer updates per sample (96 groups a step) 0.369 +- 0.020
     at 6.7-8.0% waste, DAPO 0.403 +- 0.006 (three seeds each)."""
     history_max_age: int = 8
