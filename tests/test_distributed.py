@@ -205,18 +205,49 @@ def _load_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: s
         local = sum(p.to_local().numel() * p.element_size() for p in actor.model.parameters())
         full = {k: v.clone() for k, v in actor.engine_weights()}
         buffers = {k: v.clone() for k, v in actor.model.named_buffers()}
+        tied = actor.model.lm_head.weight is actor.model.model.embed_tokens.weight
+        # resume: the model is built from config.json alone and DCP fills it; nobody reads model/'s weights
+        actor.update(_resume_batch())  # optimizer state to restore too
+        actor.save(os.path.join(out_dir, "ckpt"))
+        want_after = {k: v.clone() for k, v in actor.engine_weights()}
+        before = _reset_peak_rss()
+        resumed = Actor(
+            os.path.join(out_dir, "ckpt", "model"), ActorConfig(), AlgorithmConfig(), ctx, load_weights=False
+        )
+        resumed.load(os.path.join(out_dir, "ckpt"))
+        grown_resume = (
+            _peak_rss() - before
+        )  # with `load`: `to_empty` leaves pages untouched until it fills them
         torch.save(
-            {"grown": grown, "local": local, "params": full, "buffers": buffers},
+            {
+                "grown": grown,
+                "local": local,
+                "params": full,
+                "buffers": buffers,
+                "tied": tied,
+                "grown_resume": grown_resume,
+                "resumed_equal": all(torch.equal(v, want_after[k]) for k, v in resumed.engine_weights()),
+                "resumed_buffers": {k: v.clone() for k, v in resumed.model.named_buffers()},
+                "resumed_tied": resumed.model.lm_head.weight is resumed.model.model.embed_tokens.weight,
+                "resumed_steps": {int(s["step"]) for s in resumed.optimizer.state_dict()["state"].values()},
+            },
             os.path.join(out_dir, f"r{rank}.pt"),
         )
     finally:
         shutdown(ctx)
 
 
+def _resume_batch() -> TrainBatch:
+    prompts, responses, adv, pad = _batch_lists()
+    return TrainBatch.build(prompts[:4], responses[:4], adv[:4], torch.ones(4), pad)
+
+
 def test_two_ranks_build_the_model_from_rank_0_without_a_full_copy_each(tmp_path):
     """Every rank builds the model on `meta`, shards it and receives its slices from rank 0: the parameters (and the
     rotary buffers outside the state dict) equal a plain `from_pretrained`, and rank 1's peak memory grows by about
-    its half of the model, not by the whole model (as it did when every rank loaded the checkpoint)."""
+    its half of the model, not by the whole model (as it did when every rank loaded the checkpoint). On resume
+    (`load_weights=False`) rank 0 does not read the weights either: its growth is its shard, and after `load` the
+    parameters, optimizer steps, rotary buffers and the tie of head and embeddings are those saved."""
     from dapo_rl.models.tiny import build_tiny_model as build
 
     model = build(seed=5, hidden_size=512, num_layers=8, intermediate_size=2048)  # 25M params, 100 MB
@@ -243,6 +274,17 @@ def test_two_ranks_build_the_model_from_rank_0_without_a_full_copy_each(tmp_path
     assert r1["local"] <= 0.55 * size
     assert r1["grown"] < 0.75 * size  # a full copy would be >= size
     assert r0["grown"] >= size  # rank 0 reads the whole checkpoint (into host memory)
+    print(
+        f"resume: peak RSS growth while building the actor: rank 0 {r0['grown_resume'] / 2**20:.0f} MiB, "
+        f"rank 1 {r1['grown_resume'] / 2**20:.0f} MiB"
+    )
+    for got in (r0, r1):
+        assert got["tied"] and got["resumed_tied"]
+        assert got["resumed_equal"]
+        assert got["resumed_steps"] == {1}
+        assert all(torch.equal(got["resumed_buffers"][k], v) for k, v in want_buffers.items())
+        # the first actor is still alive, so its freed memory cannot hide the new one: its own shard, no copy
+        assert got["grown_resume"] < 0.75 * size  # rank 0 no longer reads model/ (it grew >= size reading it)
 
 
 def test_ray_workers_take_gpus_from_the_cluster_not_from_the_driver():
@@ -278,6 +320,29 @@ def test_a_bf16_export_is_written_in_bf16_and_loads(model_dir, tmp_path):
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model", dtype=torch.float32)
     for k, v in actor.model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v.to(torch.bfloat16).float()), k
+
+
+def test_one_process_resume_builds_the_model_from_its_config_and_dcp_fills_it(model_dir, tmp_path):
+    """`load_weights=False` (the trainer's `--resume`) reads only config.json: before `load` the parameters are
+    whatever `to_empty` left, the rotary buffers are already from_pretrained's and the head is tied to the
+    embeddings; after `load` every parameter and the optimizer's step equal the saved actor's."""
+    prompts, responses, adv, pad = _batch_lists()
+    actor = Actor(str(model_dir), ActorConfig(lr=1e-2), AlgorithmConfig())
+    actor.update(TrainBatch.build(prompts[:4], responses[:4], adv[:4], torch.ones(4), pad))
+    actor.save(tmp_path / "ckpt")
+    resumed = Actor(
+        str(tmp_path / "ckpt" / "model"), ActorConfig(lr=1e-2), AlgorithmConfig(), load_weights=False
+    )
+    assert resumed.model.lm_head.weight is resumed.model.model.embed_tokens.weight
+    want_buffers = dict(actor.model.named_buffers())
+    assert {k: torch.equal(v, want_buffers[k]) for k, v in resumed.model.named_buffers()} == {
+        "model.rotary_emb.inv_freq": True,
+        "model.rotary_emb.original_inv_freq": True,
+    }
+    resumed.load(tmp_path / "ckpt")
+    want = dict(actor.model.named_parameters())
+    assert all(torch.equal(p, want[k]) for k, p in resumed.model.named_parameters())
+    assert {int(s["step"]) for s in resumed.optimizer.state_dict()["state"].values()} == {1}
 
 
 def _groups_for_exchange():

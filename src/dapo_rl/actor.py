@@ -232,6 +232,10 @@ class Actor:
             those of the sampling distribution (verl does the same).
         attn_implementation: transformers' attention kernel (`model.attn_implementation` resolved by the trainer;
             None: transformers' default).
+        load_weights: False: read only `model_path`'s config.json and leave the parameters uninitialised, for
+            `load` to fill from a checkpoint's `dcp/` (the trainer's `--resume`: no rank reads the Hugging Face
+            weights that DCP overwrites). The buffers outside the state dict (rotary `inv_freq`) are computed from
+            the config as transformers' `_init_weights` does; a model with other such buffers is read as usual.
         config: a transformers config to build the model from instead of reading `model_path` (which is then
             only a label): no weights are read or broadcast; the parameters are transformers' random initialisation
             (one process) or whatever `Module.to_empty` leaves (FSDP2). For measuring memory (`dapo plan --measure`
@@ -252,6 +256,7 @@ class Actor:
         trust_remote_code: bool = False,
         temperature: float = 1.0,
         attn_implementation: str | None = None,
+        load_weights: bool = True,
         config=None,
     ):
         self.cfg, self.algo = cfg, algo
@@ -273,17 +278,21 @@ class Actor:
                 attn_implementation,
                 compute_dtype=torch.bfloat16 if bf16 else None,
                 gradient_checkpointing=cfg.gradient_checkpointing,
+                load_weights=load_weights,
                 config=config,
             )
         else:
-            if config is None:
-                model = load_model(
-                    model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
-                ).to(self.ctx.device)
-            else:  # no weights: memory measurement
+            model = None
+            if config is not None:  # no weights: memory measurement
                 model = model_from_config(
                     config, dtype, trust_remote_code, attn_implementation, self.ctx.device
                 )
+            elif not load_weights:  # resume: `load` fills the parameters
+                model = _skeleton(model_path, dtype, trust_remote_code, attn_implementation, self.ctx.device)
+            if model is None:
+                model = load_model(
+                    model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
+                ).to(self.ctx.device)
             if cfg.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
@@ -804,6 +813,7 @@ def load_sharded_model(
     *,
     compute_dtype: torch.dtype | None = None,
     gradient_checkpointing: bool = False,
+    load_weights: bool = True,
     config=None,
 ):
     """A checkpoint's causal LM, FSDP2-sharded over `ctx.mesh`, without any rank holding the whole model on its
@@ -821,6 +831,8 @@ def load_sharded_model(
         attn_implementation: transformers' attention kernel, or None.
         compute_dtype: FSDP2 mixed-precision compute dtype (`dapo_rl.distributed.fsdp.shard_model`).
         gradient_checkpointing: enable transformers' non-reentrant activation checkpointing.
+        load_weights: False: no rank reads the weights, only the config; the shards are left uninitialised for
+            `Actor.load` to fill from DCP (resume), the rotary buffers computed from the config (`_skeleton`).
         config: build from this transformers config instead: no checkpoint is read and nothing is broadcast, the
             shards hold whatever `to_empty` leaves (`Actor(config=...)`: memory measurement only).
 
@@ -835,6 +847,24 @@ def load_sharded_model(
 
     weights = config is None
     full, failure = None, None
+    if weights and not load_weights:  # resume: DCP fills the shards; nothing to read unless a buffer needs it
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            skeleton = _buffers_computable(
+                model_from_config(config, dtype, trust_remote_code, attn_implementation)
+            )
+        except Exception as e:
+            failure, skeleton = e, False
+        if all(all_gather_objects(skeleton, ctx)):
+            weights = False
+            model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
+            if gradient_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            shard_model(model, ctx.mesh, compute_dtype)
+            model.to_empty(device=ctx.device)
+            _init_buffers(model)
+            return model
+        config, failure = None, None  # read the weights as on a first start
     try:
         if weights and ctx.is_main:
             full = load_model(path, dtype, trust_remote_code, attn_implementation=attn_implementation)
@@ -872,6 +902,48 @@ def load_sharded_model(
             buf.copy_(source[name].to(buf.device))
         dist.broadcast(buf, src=0)
     del full, state, source
+    return model
+
+
+def _buffers_computable(model) -> bool:
+    """Whether every buffer of `model` outside its state dict is a rotary embedding's, which `_init_buffers`
+    computes from the config (transformers' own `_init_weights` branch for "RotaryEmbedding" modules)."""
+    return all(
+        "RotaryEmbedding" in type(m).__name__ and hasattr(m, "original_inv_freq")
+        for m in model.modules()
+        if m._non_persistent_buffers_set
+    )
+
+
+@torch.no_grad()
+def _init_buffers(model) -> None:
+    """Fill the rotary buffers of a model built on `meta` and allocated with `to_empty` (their values are not in
+    any state dict, so neither `from_pretrained` nor DCP brings them), with transformers' `_init_weights`."""
+    for m in model.modules():
+        if m._non_persistent_buffers_set:
+            model._init_weights(m)
+
+
+def _skeleton(path: str, dtype: str, trust_remote_code: bool, attn_implementation: str | None, device):
+    """`path`'s causal LM with uninitialised parameters on `device` (for DCP to fill) and its rotary buffers
+    computed, read from config.json alone; None when it holds other buffers outside the state dict (the caller
+    reads the weights then).
+
+    Raises:
+        ConfigError: `path` holds no config transformers can build a causal LM from.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
+    except (OSError, ValueError, ImportError) as e:
+        raise ConfigError(f"model.path={path}: cannot build a causal LM from its config ({e})") from e
+    if not _buffers_computable(model):
+        return None
+    model.to_empty(device=device)
+    model.tie_weights()  # to_empty gives each module its own tensor
+    _init_buffers(model)
     return model
 
 

@@ -148,6 +148,7 @@ class Trainer:
             trust_remote_code=cfg.model.trust_remote_code,
             temperature=cfg.rollout.temperature,
             attn_implementation=self.attn_implementation,
+            load_weights=ckpt is None,  # resume: DCP's shards fill the parameters; model/ is for the engine
         )
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
