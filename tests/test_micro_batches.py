@@ -181,3 +181,27 @@ def test_shared_prefix_is_on_by_default_only_where_it_applies(tmp_path):
     grouped, distinct = _grouped(tmp_path), _setup(tmp_path)
     assert actor._prefix_pays(grouped, actor._distinct_prompts(grouped)[0])
     assert not actor._prefix_pays(distinct, actor._distinct_prompts(distinct)[0])
+
+
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_the_backward_keeps_only_the_fp32_logits_of_the_response_positions(tmp_path, remove_padding):
+    """What autograd saves in the forward past the LM head: one fp32 (B, T, V) copy (logits / temperature, for the
+    log-softmax's backward), never the bf16 logits the head computed (the padded forward's `gather` kept those,
+    5.8 GiB at the 32B recipe; indexing keeps only their size)."""
+    batch = _setup(tmp_path)
+    actor = _actor(tmp_path, use_remove_padding=remove_padding, autocast_dtype="bfloat16")
+    vocab = actor.model.config.vocab_size
+    saved = []
+
+    def pack(t):
+        if (
+            t.dim() >= 2 and t.shape[-1] == vocab and t.numel() > vocab * vocab
+        ):  # logits, not the head's weight
+            saved.append((t.dtype, tuple(t.shape), t.untyped_storage().data_ptr()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        actor.forward(batch)
+    t = batch.response_mask.shape[1]
+    # saved twice (the label's gather and logsumexp), one tensor
+    assert {s[:2] for s in saved} == {(torch.float32, (10, t, vocab))} and len({s[2] for s in saved}) == 1

@@ -62,9 +62,9 @@ def test_32b_recipe_numbers_by_hand():
     assert (
         mem["rollout_phase"] == mem["params"] + mem["optimizer"] + mem["engine"]
     )  # the update frees the grads
-    # the response positions' logits: bf16, the padded forward's gathered bf16 copy, the fp32 copy kept for the
-    # backward; the entropy's three fp32 temporaries over 1,024 positions at a time
-    assert mem["act_logits"] == 20480 * 152064 * (2 + 2 + 4) + 3 * 1024 * 152064 * 4
+    # the response positions' logits: the fp32 copy kept for the backward (the bf16 ones are dropped once cast);
+    # the entropy's three fp32 temporaries over 1,024 positions at a time
+    assert mem["act_logits"] == 20480 * 152064 * 4 + 3 * 1024 * 152064 * 4
     assert mem["peak"] == max(mem["rollout_phase"], mem["update_phase"])
     assert mem["fits"] is True
     text = format_plan(plan)
@@ -196,12 +196,13 @@ def test_smollm2_alias_plans_from_its_published_shape_before_conversion(monkeypa
     assert not any(tmp_path.iterdir())
 
 
-def test_packed_forward_has_no_gathered_logits_copy():
+def test_packed_and_padded_forwards_keep_the_same_logits():
+    """The padded forward selects the response positions by indexing (no `gather` keeping the bf16 logits)."""
     padded = plan_recipe(load_config("dapo_qwen2.5_32b"))["memory"]["act_logits"]
     packed = plan_recipe(load_config("dapo_qwen2.5_32b", ["actor.use_remove_padding=true"]))["memory"][
         "act_logits"
     ]
-    assert padded - packed == 20480 * 152064 * 2  # the bf16 gather of the response positions' logits
+    assert padded == packed == 20480 * 152064 * 4 + 3 * 1024 * 152064 * 4
 
 
 def test_vllm_cpu_engine_is_awake_through_the_update():

@@ -382,10 +382,10 @@ class Actor:
                     logits_to_keep=keep.to(dev),
                 ).logits
             rel = (pos - first).to(dev)
-            resp_logits = (
-                logits.gather(1, rel.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
-                / self.temperature
-            )
+            rows = torch.arange(len(lens), device=dev).unsqueeze(1)
+            # advanced indexing, not `gather`: its backward keeps only the logits' size, where `gather`'s keeps the
+            # whole (B, width, V) compute-dtype logits alive until backward (5.8 GiB at the 32B recipe)
+            resp_logits = logits[rows, rel].float() / self.temperature
             labels = mb.input_ids.gather(1, pos + 1)
         del logits  # the compute-dtype logits (and the padded path's gathered copy) are not needed any more
         labels = labels.to(dev)

@@ -21,10 +21,10 @@ Memory model, per rank (one GPU), in bytes:
   up, activation and product of the MLP; h = hidden size, kv = key/value width, i = MLP width); with gradient
   checkpointing only each layer's input (`h`) is kept plus one layer's full set during its recompute.
 - Logits, as `Actor.forward` makes them: only the response positions go through the LM head (`logits_to_keep`:
-  `max_response_length` per sequence), and each of them holds `vocab x (c + c + 4)` bytes: the compute-dtype logits
-  (c bytes), their gathered copy (c; the padded forward only, i.e. unless `actor.use_remove_padding` or a
-  `flash_attention_*` kernel packs the micro-batch) and the fp32 logits / temperature, which the backward of the
-  log-softmax's logsumexp keeps. The entropy (a metric) is computed without gradient,
+  `max_response_length` per sequence), and each of them keeps `vocab x 4` bytes for the backward: the fp32 logits /
+  temperature, which the backward of the log-softmax's logsumexp keeps (the compute-dtype logits are dropped once
+  cast; the padded forward selects the response positions by indexing, whose backward keeps only their size).
+  The entropy (a metric) is computed without gradient,
   `dapo_rl.actor.ENTROPY_CHUNK_TOKENS` positions at a time: `3 x 1,024 x vocab x 4` bytes of temporaries
   (log-softmax, its exp, their product). Not counted: the backward's own temporaries (the logits' gradients) and
   the moment `.float() / temperature` holds two fp32 copies; `dapo plan --measure` (`dapo_rl.plan_measure`) counts
@@ -423,16 +423,11 @@ def plan_recipe(
         else:
             act_layers = shape["num_layers"] * tokens * per_token_layer
             act_recompute = 0
-    padded = not (
-        act.use_remove_padding
-        if act.use_remove_padding is not None
-        else cfg.model.attn_implementation.startswith("flash_attention")
-    )
     if shape["vocab_size"]:
         from dapo_rl.actor import ENTROPY_CHUNK_TOKENS
 
         kept = micro * d.max_response_length  # logits_to_keep: the response positions only
-        act_logits = kept * shape["vocab_size"] * (cbytes + (cbytes if padded else 0) + 4)
+        act_logits = kept * shape["vocab_size"] * 4
         act_logits += 3 * min(ENTROPY_CHUNK_TOKENS, kept) * shape["vocab_size"] * 4
     activations = (
         None if act_layers is None or act_logits is None else act_layers + act_recompute + act_logits
