@@ -387,7 +387,7 @@ class Actor:
             # whole (B, width, V) compute-dtype logits alive until backward (5.8 GiB at the 32B recipe)
             resp_logits = logits[rows, rel].float() / self.temperature
             labels = mb.input_ids.gather(1, pos + 1)
-        del logits  # the compute-dtype logits (and the padded path's gathered copy) are not needed any more
+        del logits  # the compute-dtype logits are not needed any more (nothing saved them for the backward)
         labels = labels.to(dev)
         inside = (steps < (lens - mb.prompt_lens).unsqueeze(1)).to(dev)  # positions past a response hold 0
         logp = torch.where(inside, logprobs_from_logits(resp_logits, labels), 0.0)
