@@ -204,3 +204,44 @@ def test_unknown_attention_kernel_names_the_setting(tmp_path):
     with pytest.raises(ConfigError, match="model.attn_implementation=bogus"):
         load_model(str(tmp_path), attn_implementation="bogus")
     assert load_model(str(tmp_path), attn_implementation="eager").config._attn_implementation == "eager"
+
+
+def test_the_checkpoints_generation_config_does_not_change_what_is_sampled_but_its_eos_ids_stop(tmp_path):
+    """A checkpoint whose generation_config.json sets a repetition penalty, `no_repeat_ngram_size` and two eos ids
+    (as Qwen2.5-Instruct ships `repetition_penalty` and `[151645, 151643]`): the engine samples exactly what the
+    same weights without that file sample (transformers 5 would otherwise apply the penalty and the n-gram ban to
+    every request), and a response ends at the checkpoint's second eos id as at the tokenizer's."""
+    import json
+
+    from transformers import GenerationConfig
+
+    plain, tweaked = tmp_path / "plain", tmp_path / "tweaked"
+    tok = _save_tiny(plain, seed=3)
+    _save_tiny(tweaked, seed=3)
+    prompts = [tok("1 + 2 =\n")["input_ids"], tok("10 - 3 + 4 =\n")["input_ids"]]
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=1)
+    first = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(plain), tok).generate(prompts, greedy)
+    stop_id = first[0][0].token_ids[0]  # what the model says first to prompt 0, made an eos id below
+    assert stop_id != tok.eos_token_id
+    GenerationConfig(
+        do_sample=True,
+        repetition_penalty=1.5,
+        no_repeat_ngram_size=1,
+        eos_token_id=[tok.eos_token_id, stop_id],
+    ).save_pretrained(tweaked)
+    assert json.loads((tweaked / "generation_config.json").read_text())["repetition_penalty"] == 1.5
+
+    sample = SamplingParams(n=4, temperature=1.0, max_tokens=40, seed=7)
+    base = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(plain), tok)
+    base.eos_ids.append(stop_id)  # the same stop list, so that only the sampling settings differ
+    engine = HFRolloutEngine(AutoModelForCausalLM.from_pretrained(tweaked), tok)
+    assert engine.eos_ids == [tok.eos_token_id, stop_id]
+    want = base.generate(prompts, sample)
+    got = engine.generate(prompts, sample)
+    assert [[o.token_ids for o in g] for g in got] == [[o.token_ids for o in g] for g in want]
+    assert [[o.logprobs for o in g] for g in got] == [[o.logprobs for o in g] for g in want]
+    # some response repeats a token (the checkpoint's n-gram ban, had it applied, forbids that)
+    assert any(len(set(o.token_ids)) < len(o.token_ids) for g in got for o in g)
+
+    stopped = engine.generate(prompts[:1], SamplingParams(n=1, temperature=0.0, max_tokens=8))[0][0]
+    assert stopped.token_ids == [stop_id] and stopped.finish_reason == "stop"

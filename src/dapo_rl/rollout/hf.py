@@ -12,9 +12,17 @@ from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 class HFRolloutEngine:
     """Sampling with `model.generate` on the engine's own copy of the policy, on that model's device.
 
+    It samples exactly the distribution it reports: softmax(logits / temperature), cut only by the request's
+    top-k/top-p. The checkpoint's `generation_config.json` is set aside when the engine is built (transformers 5
+    fills every generation field a request leaves unset from it, so a checkpoint's `repetition_penalty`, `min_p`,
+    `no_repeat_ngram_size` and the like would reshape what is sampled while the log-probs stay the plain softmax's);
+    only its eos ids are kept: a response stops at the tokenizer's eos or at any eos id of the checkpoint, as vLLM
+    stops (its `generation_config` eos ids join the stop tokens).
+
     Args:
         model: a transformers causal LM the engine owns (the factory loads one for it; the trainer pushes new
-            weights with `update_weights`, as it would to a separate inference engine).
+            weights with `update_weights`, as it would to a separate inference engine). Its `generation_config`
+            is replaced by a default `GenerationConfig()`.
         tokenizer: provides `eos_token_id` and `pad_token_id`.
         micro_batch_size: sequences (prompts x n) generated together; bounds memory.
 
@@ -23,10 +31,20 @@ class HFRolloutEngine:
     """
 
     def __init__(self, model, tokenizer, micro_batch_size: int = 512):
+        from transformers import GenerationConfig
+
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos token: responses could never stop")
         self.model = model.eval()
         self.eos_id = int(tokenizer.eos_token_id)
+        ckpt_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if ckpt_eos is None:
+            ckpt_eos = []
+        elif isinstance(ckpt_eos, int):
+            ckpt_eos = [ckpt_eos]
+        self.eos_ids: list[int] = [self.eos_id] + sorted({int(e) for e in ckpt_eos} - {self.eos_id})
+        """Token ids that end a response: the tokenizer's eos first, then the checkpoint's other eos ids."""
+        self.model.generation_config = GenerationConfig()  # nothing inherited but what each request sets
         self.pad_id = int(
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
@@ -76,7 +94,7 @@ class HFRolloutEngine:
             top_p=None if greedy else min(params.top_p, 1.0),
             top_k=None if greedy else max(params.top_k, 0),
             max_new_tokens=params.max_tokens,
-            eos_token_id=self.eos_id,
+            eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
             output_logits=True,
@@ -112,7 +130,7 @@ class HFRolloutEngine:
             ).cpu()  # (B, L)
             gen = gen_dev.cpu()
             del out, gen_dev
-            is_eos = gen == self.eos_id
+            is_eos = torch.isin(gen, torch.tensor(self.eos_ids))
             any_eos = is_eos.any(dim=1)
             first_eos = torch.where(
                 any_eos, is_eos.int().argmax(dim=1), torch.full_like(any_eos, gen.shape[1], dtype=torch.long)
