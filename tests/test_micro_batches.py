@@ -205,3 +205,24 @@ def test_the_backward_keeps_only_the_fp32_logits_of_the_response_positions(tmp_p
     t = batch.response_mask.shape[1]
     # saved twice (the label's gather and logsumexp), one tensor
     assert {s[:2] for s in saved} == {(torch.float32, (10, t, vocab))} and len({s[2] for s in saved}) == 1
+
+
+def test_old_log_probs_are_computed_without_dropout_after_an_update(tmp_path):
+    """A checkpoint with attention dropout 0.5: `update` leaves the model in train mode, and the next
+    `compute_log_prob` (pi_old) still gives the deterministic eval-mode values (lr 0: the weights are unchanged)."""
+    from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+    model = build_tiny_model(seed=5)
+    model.config.attention_dropout = 0.5
+    model.save_pretrained(tmp_path)
+    build_tiny_tokenizer().save_pretrained(tmp_path)
+    batch = _setup(tmp_path / "unused")
+    actor = _actor(tmp_path, attn_implementation="eager")
+    before = actor.compute_log_prob(batch)
+    actor.update(batch)
+    assert actor.model.training
+    assert torch.equal(actor.compute_log_prob(batch), before)
+    actor.model.train()  # what the old code computed: dropout on, another value each call
+    with torch.no_grad():
+        noisy = actor.forward(batch)[0]
+    assert (noisy - before).abs().max() > 1e-3

@@ -502,7 +502,9 @@ class Actor:
     def compute_log_prob(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs `(B, T)` float32 (on the CPU) of the current policy for every response token of this rank's
         batch, without gradients, in `actor.ppo_micro_batch_size` chunks (or `log_prob_max_token_len_per_gpu`
-        tokens with `use_dynamic_bsz`). Under FSDP2 every rank must call it (the trainer's split guarantees it)."""
+        tokens with `use_dynamic_bsz`). Under FSDP2 every rank must call it (the trainer's split guarantees it).
+        In eval mode (no dropout: pi_old is deterministic, as verl's `compute_log_prob`); `update` sets train mode."""
+        self.model.eval()
         out = torch.zeros_like(batch.response_mask)
         for idx, _dummy in self.micro_batches(
             batch, torch.arange(len(batch)), self.cfg.log_prob_max_token_len_per_gpu
