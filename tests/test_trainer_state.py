@@ -46,6 +46,17 @@ def test_resume_config_diff_refuses_meaning_and_allows_harmless_changes(tmp_path
     assert refused == ["actor.lr: 0.0001 -> 0.0002", "trainer.seed: 0 -> 1"]
     assert harmless == ["trainer.total_training_steps: 300 -> 400"]
     assert resume_config_diff(saved, load_config(None, [])) == ([], [])
+    # allowed, but not float-order harmless: the warning says what changes
+    _, harmless = resume_config_diff(
+        saved,
+        load_config(None, ["rollout.micro_batch_size=8", "reward.timeout_s=1.5", "trainer.save_freq=7"]),
+    )
+    assert harmless == [
+        "reward.timeout_s: 5.0 -> 1.5 (another set of slow answers times out and scores -1)",
+        "rollout.micro_batch_size: 512 -> 8 (the hf engine spends each round's seed over other chunks: other "
+        "samples)",
+        "trainer.save_freq: 100 -> 7",
+    ]
 
 
 def test_trust_remote_code_is_off_by_default():

@@ -283,7 +283,9 @@ class AlgorithmConfig:
     clip_ratio_high: float = 0.28
     """epsilon_high of Clip-Higher (Eq. 10)."""
     clip_ratio_c: float = 3.0
-    """Dual-clip bound for negative advantages (Ye et al. 2020)."""
+    """Dual-clip bound for negative advantages (Ye et al. 2020): for A < 0 the loss is at most -A x this. Not in the
+    DAPO paper, which has no dual-clip; verl's default is 3.0 (kept here) and verl's DAPO 32B script sets 10.0 (the
+    32B recipes do). It binds only when A < 0 and the ratio exceeds it, rarely; a very large value turns it off."""
     loss_agg_mode: str = "token-mean"
     """`token-mean` (DAPO Eq. 12), `seq-mean-token-mean` (GRPO), `seq-mean-token-sum`, or `seq-mean-token-sum-norm`
     (Dr. GRPO: each response's token sum over the constant `loss_scale_factor`)."""
@@ -1006,7 +1008,16 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "sft.",
 )
 """Settings a resumed run may change (with a warning): length, logging, validation, checkpoint cadence, speed and
-memory knobs whose effect on the numbers is at most float-reduction order. A key ending in "." covers a section."""
+memory knobs that leave the algorithm as it was. Most change the numbers at most at float-reduction order; those in
+`RESUME_CHANGES_SAMPLES` change which samples or rewards the run gets from then on (the warning says so), and a new
+world size shares the prompts out differently (the trainer says so). A key ending in "." covers a section."""
+
+RESUME_CHANGES_SAMPLES: dict[str, str] = {
+    "rollout.micro_batch_size": "the hf engine spends each round's seed over other chunks: other samples",
+    "reward.timeout_s": "another set of slow answers times out and scores -1",
+}
+"""Keys of `HARMLESS_ON_RESUME` whose change makes the resumed run draw other samples or rewards than an
+uninterrupted run would (the same experiment, not the same numbers), with the reason the warning gives."""
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -1047,7 +1058,9 @@ def resume_config_diff(saved_yaml: str | os.PathLike, cfg: Config) -> tuple[list
         if key not in saved or any(
             key == h or (h.endswith(".") and key.startswith(h)) for h in HARMLESS_ON_RESUME
         ):
-            harmless.append(line)
+            harmless.append(
+                line + (f" ({RESUME_CHANGES_SAMPLES[key]})" if key in RESUME_CHANGES_SAMPLES else "")
+            )
         else:
             refused.append(line)
     return refused, harmless
