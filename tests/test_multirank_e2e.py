@@ -122,3 +122,26 @@ def test_device_cuda_without_cuda_is_one_line_exit_2(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
         assert "trainer.device=cuda, but torch sees no CUDA device" in r.stderr
+
+
+def test_history_baseline_with_fewer_prompts_per_round_than_ranks_finishes(base_model, tmp_path):
+    """`gen_batch_size=1` at 2 ranks: rank 1 draws no prompt in any round, yet `history_baseline`'s gather is a
+    collective every rank joins (before, rank 0 waited there for rank 1: killed at 120 s)."""
+    run = tmp_path / "run"
+    args = run_args(
+        base_model,
+        run,
+        "data.train_batch_size=1",
+        "data.gen_batch_size=1",
+        "actor.ppo_mini_batch_size=1",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=0",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=0",
+        "algorithm.filter_groups.history_baseline=true",
+    )
+    r = torchrun(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [x for x in rows_of(run) if "train/acc_mean" in x]
+    assert [x["step"] for x in rows] == [1, 2]
+    assert all(x["train/gen_prompts"] >= 1 for x in rows)

@@ -731,13 +731,17 @@ def collect_batch(
         groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]
         generated.extend(groups)
         kept_before = len(kept)
-        if fg.enable and groups:
-            metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
-            gidx = torch.repeat_interleave(
-                torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
-            )
-            keep = set(kept_group_ids(metric, gidx).tolist())
-            if fg.history_baseline:  # an all-agreeing group may still disagree with the prompt's recent ones
+        if fg.enable:
+            keep: set[int] = set()
+            if groups:
+                metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
+                gidx = torch.repeat_interleave(
+                    torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
+                )
+                keep = set(kept_group_ids(metric, gidx).tolist())
+            # an all-agreeing group may still disagree with the prompt's recent ones. A collective: every rank
+            # gathers, a rank that drew no prompt this round (gen_batch_size < world size) with nothing to add
+            if fg.history_baseline:
                 for i, g in enumerate(groups):
                     if i not in keep and (h := state.history_for(g, fg.metric, step, fg.history_max_age)):
                         groups[i] = replace(g, history=h)
