@@ -237,6 +237,20 @@ def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
         assert s2["train/num_gen_batches"] == 0 and s2["train/gen_samples"] == 0
 
 
+def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
+    """Carried groups filled the batch: no accuracy, length or truncation share of 0 (the curves would dip and
+    CAMPO's saturation window would average the zeros); the counts say 0."""
+    from dapo_rl.collect import _step_stats
+    from dapo_rl.distributed import DistContext
+
+    assert _step_stats([], 0, 0, DistContext()) == {
+        "train/num_gen_batches": 0,
+        "train/gen_samples": 0,
+        "train/gen_tokens": 0,
+        "train/gen_tokens_wasted": 0,
+    }
+
+
 def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     tok, engine, ds = parts
     from dapo_rl.collect import SamplingState

@@ -844,7 +844,8 @@ def _step_stats(
     filtered_tokens: int = 0,
     surplus_tokens: int = 0,
 ) -> dict:
-    """Means over every response generated in the step, on all ranks.
+    """Means over every response generated in the step, on all ranks; a step that generated nothing (its batch all
+    carried groups) logs only the counts (`_STEP_COUNTS`), so curves and CAMPO's saturation window see no zeros.
 
     `filtered_tokens` (this rank's response tokens in groups the filter dropped) and `surplus_tokens` (tokens of
     kept groups dropped for lack of room, the same count on every rank) give `train/gen_tokens_wasted_ratio`: the
@@ -910,7 +911,13 @@ def _step_stats(
     }
     if n_lp:
         out["train/token_prob_mean"] = prob / n_lp
+    if not n:  # nothing generated (carried groups filled the batch): no means to log, rather than zeros
+        out = {k: v for k, v in out.items() if k in _STEP_COUNTS}
     return out
+
+
+_STEP_COUNTS = ("train/num_gen_batches", "train/gen_samples", "train/gen_tokens", "train/gen_tokens_wasted")
+"""The keys of `_step_stats` that a step which generated nothing still logs (counts, 0); its means are left out."""
 
 
 def _fetch_rows(

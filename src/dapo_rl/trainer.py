@@ -592,7 +592,7 @@ class Trainer:
                 before = self.gen_samples_total
                 self.gen_samples_total += int(row["train/gen_samples"])
                 row["train/gen_samples_total"] = self.gen_samples_total
-                if self.campo is not None:
+                if self.campo is not None and "train/response_clip_ratio" in row:  # a step that sampled
                     note = self.campo.observe(
                         self.step, row["train/response_clip_ratio"], row["train/response_length_mean"]
                     )
