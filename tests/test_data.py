@@ -266,3 +266,18 @@ def test_skip_invalid_skips_and_collects_bad_rows(tmp_path):
 def test_directory_given_as_a_data_file_says_so(tmp_path):
     with pytest.raises(DataError, match="is a directory; give a .parquet or .jsonl file"):
         load_samples(tmp_path)
+
+
+def test_plain_prompts_keep_the_tokenizers_bos_and_the_embedded_ones_are_unchanged():
+    """A tokenizer without a chat template whose post-processor adds a BOS (Llama-style base checkpoints) gets it
+    at the start of every prompt; the embedded byte tokenizer adds nothing (prompts are the UTF-8 bytes)."""
+    from tokenizers.processors import TemplateProcessing
+
+    from dapo_rl.data.dataset import PromptDataset, Sample
+
+    samples = [Sample("t:0", "t", [{"role": "user", "content": "1 + 2 ="}], "3")]
+    tok = build_tiny_tokenizer()
+    assert PromptDataset(samples, tok, 64, "t").prompt_ids == [list(b"1 + 2 =\n")]
+    tok.add_special_tokens({"bos_token": "<s>"})
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 258)])
+    assert PromptDataset(samples, tok, 64, "t").prompt_ids == [[258, *b"1 + 2 =\n"]]

@@ -372,7 +372,7 @@ def inspect_dataset(
     Raises:
         DataError: as `read_dataset` and `guess_columns`.
     """
-    from dapo_rl.data.dataset import render_prompt
+    from dapo_rl.data.dataset import encode_prompts, render_prompt
 
     ds = read_dataset(src, split)
     columns = list(ds.column_names)
@@ -408,8 +408,9 @@ def inspect_dataset(
         "answer_types": types,
     }
     if tokenizer is not None and prompts:
-        texts = [render_prompt(tokenizer, p) for p in prompts]
-        lengths = sorted(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+        lengths = sorted(
+            len(ids) for ids in encode_prompts(tokenizer, [render_prompt(tokenizer, p) for p in prompts])
+        )
         report["prompt_tokens"] = {f"p{q}": _percentile(lengths, q) for q in (50, 90, 99)} | {
             "max": lengths[-1]
         }

@@ -244,11 +244,22 @@ def render_prompt(tokenizer: Any, messages: list[dict]) -> str:
     """The text the model sees before its response.
 
     A tokenizer with a chat template gets `apply_chat_template(..., add_generation_prompt=True)`; one without (the
-    embedded tiny model) gets the message contents joined by blank lines and one newline after.
+    embedded tiny model) gets the message contents joined by blank lines and one newline after (`PromptDataset`
+    tokenizes it with the tokenizer's special tokens: a BOS where the tokenizer adds one).
     """
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def encode_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of `render_prompt`'s texts. A chat template writes its own special tokens; plain text gets the
+    tokenizer's (a Llama-style base checkpoint's BOS, which its pretraining always saw; the embedded and Qwen
+    tokenizers add none)."""
+    if not texts:
+        return []
+    plain = not getattr(tokenizer, "chat_template", None)
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=plain)["input_ids"]]
 
 
 class PromptDataset:
@@ -269,8 +280,7 @@ class PromptDataset:
         self.samples: list[Sample] = []
         self.prompt_ids: list[list[int]] = []
         self.num_dropped = 0
-        texts = [render_prompt(tokenizer, s.prompt) for s in samples]
-        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        encoded = encode_prompts(tokenizer, [render_prompt(tokenizer, s.prompt) for s in samples])
         shortest = None
         for s, ids in zip(samples, encoded):
             if len(ids) > max_prompt_length:
