@@ -248,6 +248,7 @@ def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
         "train/gen_samples": 0,
         "train/gen_tokens": 0,
         "train/gen_tokens_wasted": 0,
+        "train/gen_tokens_wasted_ratio": 0.0,
     }
 
 

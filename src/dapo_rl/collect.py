@@ -916,8 +916,15 @@ def _step_stats(
     return out
 
 
-_STEP_COUNTS = ("train/num_gen_batches", "train/gen_samples", "train/gen_tokens", "train/gen_tokens_wasted")
-"""The keys of `_step_stats` that a step which generated nothing still logs (counts, 0); its means are left out."""
+_STEP_COUNTS = (
+    "train/num_gen_batches",
+    "train/gen_samples",
+    "train/gen_tokens",
+    "train/gen_tokens_wasted",
+    "train/gen_tokens_wasted_ratio",
+)
+"""The keys of `_step_stats` that a step which generated nothing still logs: its counts (0) and the waste share
+(1 when it dropped carried groups for lack of room, else 0); its means are left out."""
 
 
 def _fetch_rows(
