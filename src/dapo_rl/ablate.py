@@ -314,12 +314,10 @@ def read_run(run_dir: Path) -> RunResult | None:
     steps = 0
     gen = wasted = 0.0
     for r in rows:
-        if "train/gen_tokens" in r and (
-            "train/gen_tokens_wasted" in r or "train/gen_tokens_wasted_ratio" in r
-        ):
+        if "train/gen_tokens" in r and "train/gen_tokens_wasted_ratio" in r:
             gen += r["train/gen_tokens"]
             wasted += r.get(
-                "train/gen_tokens_wasted", r["train/gen_tokens"] * r.get("train/gen_tokens_wasted_ratio", 0.0)
+                "train/gen_tokens_wasted", r["train/gen_tokens"] * r["train/gen_tokens_wasted_ratio"]
             )
         x = float(r.get("train/gen_samples_total", 0.0))
         accs = [v for k, v in r.items() if k.startswith("val/") and k.endswith("/acc")]

@@ -287,8 +287,13 @@ class Actor:
                 model = model_from_config(
                     config, dtype, trust_remote_code, attn_implementation, self.ctx.device
                 )
-            elif not load_weights:  # resume: `load` fills the parameters
-                model = _skeleton(model_path, dtype, trust_remote_code, attn_implementation, self.ctx.device)
+            elif not load_weights and (
+                resume := _resume_config(model_path, dtype, trust_remote_code, attn_implementation)
+            ):  # `load` fills the parameters from DCP
+                model = model_from_config(resume, dtype, trust_remote_code, attn_implementation)
+                model.to_empty(device=self.ctx.device)
+                model.tie_weights()  # to_empty gives each module its own tensor
+                _init_buffers(model)
             if model is None:
                 model = load_model(
                     model_path, dtype, trust_remote_code, attn_implementation=attn_implementation
@@ -834,7 +839,7 @@ def load_sharded_model(
         compute_dtype: FSDP2 mixed-precision compute dtype (`dapo_rl.distributed.fsdp.shard_model`).
         gradient_checkpointing: enable transformers' non-reentrant activation checkpointing.
         load_weights: False: no rank reads the weights, only the config; the shards are left uninitialised for
-            `Actor.load` to fill from DCP (resume), the rotary buffers computed from the config (`_skeleton`).
+            `Actor.load` to fill from DCP (resume), the rotary buffers computed from the config (`_init_buffers`).
         config: build from this transformers config instead: no checkpoint is read and nothing is broadcast, the
             shards hold whatever `to_empty` leaves (`Actor(config=...)`: memory measurement only).
 
@@ -849,24 +854,11 @@ def load_sharded_model(
 
     weights = config is None
     full, failure = None, None
-    if weights and not load_weights:  # resume: DCP fills the shards; nothing to read unless a buffer needs it
-        try:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-            skeleton = _buffers_computable(
-                model_from_config(config, dtype, trust_remote_code, attn_implementation)
-            )
-        except Exception as e:
-            failure, skeleton = e, False
-        if all(all_gather_objects(skeleton, ctx)):
-            weights = False
-            model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
-            if gradient_checkpointing:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            shard_model(model, ctx.mesh, compute_dtype)
-            model.to_empty(device=ctx.device)
-            _init_buffers(model)
-            return model
-        config, failure = None, None  # read the weights as on a first start
+    resumed = False
+    if weights and not load_weights:  # resume: DCP fills the shards; read weights only if a buffer needs them
+        config = _resume_config(path, dtype, trust_remote_code, attn_implementation)
+        resumed = all(all_gather_objects(config is not None, ctx))
+        weights = not resumed
     try:
         if weights and ctx.is_main:
             full = load_model(path, dtype, trust_remote_code, attn_implementation=attn_implementation)
@@ -875,9 +867,8 @@ def load_sharded_model(
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as e:  # reported on every rank below, never left for the others to wait on
         failure = e
-    if (
-        weights
-    ):  # the other ranks wait while rank 0 reads the whole checkpoint: on the long-timeout gloo group
+    # the other ranks wait while rank 0 reads the whole checkpoint: on the long-timeout gloo group
+    if weights:
         barrier(ctx, checkpoint=True)
     if weights and any(all_gather_objects(failure is not None, ctx)):
         raise (
@@ -892,6 +883,8 @@ def load_sharded_model(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     shard_model(model, ctx.mesh, compute_dtype)
     model.to_empty(device=ctx.device)
+    if resumed:
+        _init_buffers(model)
     if not weights:
         return model
     state = full.state_dict() if full is not None else {}
@@ -926,27 +919,18 @@ def _init_buffers(model) -> None:
             model._init_weights(m)
 
 
-def _skeleton(path: str, dtype: str, trust_remote_code: bool, attn_implementation: str | None, device):
-    """`path`'s causal LM with uninitialised parameters on `device` (for DCP to fill) and its rotary buffers
-    computed, read from config.json alone; None when it holds other buffers outside the state dict (the caller
-    reads the weights then).
-
-    Raises:
-        ConfigError: `path` holds no config transformers can build a causal LM from.
-    """
+def _resume_config(path: str, dtype: str, trust_remote_code: bool, attn_implementation: str | None):
+    """`path`'s transformers config when its model can be built without reading the weights (every buffer outside
+    the state dict computable by `_init_buffers`); None otherwise, or when the config cannot be read (the caller
+    then reads the checkpoint as on a first start, which reports the error)."""
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
-    except (OSError, ValueError, ImportError) as e:
-        raise ConfigError(f"model.path={path}: cannot build a causal LM from its config ({e})") from e
-    if not _buffers_computable(model):
+        meta = model_from_config(config, dtype, trust_remote_code, attn_implementation)
+    except Exception:
         return None
-    model.to_empty(device=device)
-    model.tie_weights()  # to_empty gives each module its own tensor
-    _init_buffers(model)
-    return model
+    return config if _buffers_computable(meta) else None
 
 
 def model_from_config(
