@@ -4,9 +4,13 @@ Prints three figures, measured in one single-process run:
 
 (a) Math-Verify's own labelled equivalence pairs (``answer_equivalence/math_verify_test_cases.jsonl``): agreement
     of ``acc`` with ``expected`` on the rows compared with the verifier's settings (see ``is_default_row``),
-    the excluded rows with their reason, and every disagreement.
+    the excluded rows with their reason, and every disagreement. The pairs are bare answers and prose as an
+    evaluation harness sees them, without an "Answer:" line, so they are scored with ``lenient=True``; then the
+    training setting (``lenient=False``) on each short pred without its own "answer" written as "Answer: <pred>",
+    and every verdict it changes.
 (b) 800 labelled CoT responses to MATH problems (``responses_math_cot_100``): agreement of ``acc`` with the
-    Qwen2.5-Math grader's ``score`` labels, every disagreement, and responses scored per second.
+    Qwen2.5-Math grader's ``score`` labels in the training setting, every disagreement, the verdicts
+    ``lenient=True`` changes, and responses scored per second.
 (c) Every reference answer of every shared dataset, written as "Answer: <gt>" and as "\\boxed{<gt>}", scored
     against the dataset's raw value: the number that fail (should be 0).
 
@@ -25,7 +29,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from dapo_rl.reward.math_verifier import compute_score_math, gsm8k_ground_truth
+from dapo_rl.reward.math_verifier import SHORT_RESPONSE_CHARS, compute_score_math, gsm8k_ground_truth
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -100,10 +104,14 @@ def reference_answers(data: Path) -> Iterator[tuple[str, list[Any]]]:
 
 def figure_a(data: Path) -> dict[str, Any]:
     rows = _jsonl(data / "answer_equivalence/math_verify_test_cases.jsonl")
-    default_rows, excluded, disagreements = 0, [], []
+    default_rows, excluded, disagreements, strict_changes = 0, [], [], []
     excluded_agree = 0
     for row in rows:
-        acc = compute_score_math(row["pred"], row["gold"])["acc"]
+        acc = compute_score_math(row["pred"], row["gold"], lenient=True)["acc"]
+        if len(row["pred"]) <= SHORT_RESPONSE_CHARS and "answer" not in row["pred"].lower():
+            strict = compute_score_math(f"Answer: {row['pred']}", row["gold"])["acc"]
+            if strict != acc:
+                strict_changes.append((row["id"], row["pred"], row["gold"], acc, strict))
         ok, reason = is_default_row(row)
         if not ok:
             excluded.append((row["id"], reason, acc == bool(row["expected"])))
@@ -119,12 +127,16 @@ def figure_a(data: Path) -> dict[str, Any]:
         "disagreements": disagreements,
         "excluded": excluded,
         "excluded_agree": excluded_agree,
+        "strict_changes": strict_changes,
+        "short_rows": sum(
+            len(r["pred"]) <= SHORT_RESPONSE_CHARS and "answer" not in r["pred"].lower() for r in rows
+        ),
     }
 
 
 def figure_b(data: Path) -> dict[str, Any]:
     rows = _jsonl(data / "responses_math_cot_100/math_cot_100.jsonl")
-    total, disagreements = 0, []
+    total, disagreements, lenient_changes = 0, [], []
     start = time.perf_counter()
     for row in rows:
         for j, (response, label) in enumerate(zip(row["response"], row["score"])):
@@ -133,10 +145,16 @@ def figure_b(data: Path) -> dict[str, Any]:
             if result["acc"] != label:
                 disagreements.append((row["idx"], j, label, row["gt"], result["pred"], response[-120:]))
     seconds = time.perf_counter() - start
+    for row in rows:
+        for j, (response, label) in enumerate(zip(row["response"], row["score"])):
+            lenient = compute_score_math(response, row["gt"], lenient=True)
+            if lenient["acc"] != compute_score_math(response, row["gt"])["acc"]:
+                lenient_changes.append((row["idx"], j, label, row["gt"], lenient["pred"]))
     return {
         "responses": total,
         "agree": total - len(disagreements),
         "disagreements": disagreements,
+        "lenient_changes": lenient_changes,
         "seconds": seconds,
         "per_second": total / seconds,
     }
@@ -182,6 +200,13 @@ def main() -> None:
         for row_id in differ:
             if row_id in KNOWN_DISAGREEMENTS_A:
                 print(f"         id={row_id}: {KNOWN_DISAGREEMENTS_A[row_id]}")
+    changes = a["strict_changes"]
+    print(
+        f"    training setting (lenient=False), 'Answer: <pred>' for the {a['short_rows']} preds of at most "
+        f"{SHORT_RESPONSE_CHARS} characters without the word 'answer': {len(changes)} verdicts change"
+    )
+    for row_id, pred, gold, lenient, strict in changes:
+        print(f"      id={row_id} {pred!r} vs {gold!r}: lenient {int(lenient)}, training {int(strict)}")
 
     b = figure_b(args.data)
     print("\n(b) 800 labelled CoT responses (responses_math_cot_100/math_cot_100.jsonl)")
@@ -193,6 +218,9 @@ def main() -> None:
         print(f"    disagree idx={idx} response={j} label={label} gt={gt!r} ours={pred!r}")
         print(f"        tail: {tail[-90:]!r}")
         print(f"        judgement: {note}")
+    print(f"    lenient=True changes {len(b['lenient_changes'])} verdicts")
+    for idx, j, label, gt, pred in b["lenient_changes"]:
+        print(f"      idx={idx} response={j} label={label} gt={gt!r} lenient pred={pred!r}")
     print(f"    speed: {b['per_second']:.0f} responses/s ({b['seconds']:.2f} s, one process)")
 
     print('\n(c) reference answers written as "Answer: <gt>" and "\\boxed{<gt>}" (raw dataset values)')

@@ -184,10 +184,10 @@ def test_split_top_level_keeps_brackets():
         ("\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}", "1", False),
         ("Answer: 540 (since 3 + 537 = 540)", "540", True),
         ("Answer: 541 (not 540)", "540", False),
-        ("540", "540", True),  # a short response without a marker is read whole
-        ("I believe it is 540", "540", True),
+        ("540", "540", False),  # no "Answer:" line or box: no final answer (lenient reads it whole)
+        ("I believe it is 540", "540", False),
         ("Answer: \\text{(B)}", "B", True),
-        ("Answer: 5!", "120", True),
+        ("Answer: 5!", "120", False),  # an unevaluated expression against a number (lenient: True)
     ],
 )
 def test_compute_score_math(response, ground_truth, correct):
@@ -220,8 +220,10 @@ LONG = "Let me think about this step by step. " * 10
     ],
 )
 def test_long_response_without_marker_falls_back_to_its_last_sentence(ending, ground_truth, pred, correct):
-    result = compute_score_math(LONG + ending, ground_truth)
+    result = compute_score_math(LONG + ending, ground_truth, lenient=True)
     assert result == {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+    # training never reads a response without its answer line: the truncation hack of the review (finding 3)
+    assert compute_score_math(LONG + ending, ground_truth) == {"score": -1.0, "acc": False, "pred": INVALID_PRED}
 
 
 def test_long_response_without_any_number_at_its_end_is_invalid():
@@ -359,8 +361,8 @@ def test_agreement_with_math_verify_labels():
     disagreements = {
         row["id"]
         for row in default_rows
-        if compute_score_math(row["pred"], row["gold"])["acc"] != bool(row["expected"])
-    }
+        if compute_score_math(row["pred"], row["gold"], lenient=True)["acc"] != bool(row["expected"])
+    }  # bare answers and prose as a harness sees them: lenient, as benchmarks/verifier_agreement.py scores them
     assert disagreements == KNOWN_DISAGREEMENTS_A
     assert len(default_rows) - len(disagreements) == 148
 

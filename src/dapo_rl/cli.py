@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--output", help="write the JSON lines here instead of stdout")
     sc.add_argument("--num-workers", type=int, default=1, help="scoring processes (default 1)")
     sc.add_argument("--timeout-s", type=float, default=5.0, help="seconds per answer (default 5)")
+    _reward_flags(sc)
     ev = sub.add_parser(
         "eval",
         help="evaluate a model: avg@k, pass@k, maj@k per dataset",
@@ -124,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=256, help="sequences generated together")
     ev.add_argument("--num-workers", type=int, default=1, help="scoring processes")
     ev.add_argument("--seed", type=int, default=0)
+    _reward_flags(ev)
     ab = sub.add_parser(
         "ablate",
         help="DAPO's ablation ladder (or another spec) at equal budgets of generated samples",
@@ -225,6 +227,24 @@ def _flags_last(argv: list[str]) -> list[str]:
     if argv and argv[0] in ("train", "sft") and "--resume" in argv:
         return [a for a in argv if a != "--resume"] + ["--resume"]
     return argv
+
+
+def _reward_flags(parser) -> None:
+    """`--lenient` and `--partial-credit`: the `reward.lenient` and `reward.partial_credit` of a training config
+    (both off, as in training, unless given)."""
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="math verifier: also read a response without an 'Answer:' line or box by its last number, and accept "
+        "an unevaluated expression equal to a numeric gold ('2+3' for 5), as evaluation harnesses do (training "
+        "never does: reward.lenient)",
+    )
+    parser.add_argument(
+        "--partial-credit",
+        action="store_true",
+        help="reasoning-gym rows score 2s-1 for the task's partial credit s instead of +1/-1 (wrong answers can "
+        "then score above -1: reward.partial_credit)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -568,7 +588,10 @@ def _eval(args) -> int:
     out = Path(args.output)
     settings = {
         k: getattr(args, k)
-        for k in ("model", "n", "temperature", "top_p", "top_k", "max_tokens", "template", "verifier", "seed")
+        for k in (
+            "model", "n", "temperature", "top_p", "top_k", "max_tokens", "template", "verifier", "seed",
+            "lenient", "partial_credit",
+        )
     }
     cfg_path = out / "eval_config.json"
     if cfg_path.exists():
@@ -628,7 +651,10 @@ def _eval(args) -> int:
         seed=args.seed,
     )
     summary = {}
-    with RewardPool(args.verifier, num_workers=args.num_workers) as pool, open(gen_path, "a") as fh:
+    pool = RewardPool(
+        args.verifier, num_workers=args.num_workers, lenient=args.lenient, partial_credit=args.partial_credit
+    )
+    with pool, open(gen_path, "a") as fh:
 
         def append(records):
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
@@ -689,7 +715,13 @@ def _score(args) -> int:
                 )
     items = _read_score_rows(args)
     try:
-        pool = RewardPool(args.verifier, num_workers=args.num_workers, timeout_s=args.timeout_s)
+        pool = RewardPool(
+            args.verifier,
+            num_workers=args.num_workers,
+            timeout_s=args.timeout_s,
+            lenient=args.lenient,
+            partial_credit=args.partial_credit,
+        )
     except ValueError as e:
         raise ConfigError(f"--verifier: {e}") from e
     t0 = time.perf_counter()

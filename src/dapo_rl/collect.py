@@ -723,7 +723,9 @@ def collect_batch(
             dataset,
             [indices[p] for p in positions],
             params,
-            ctx.device.type != "cpu" if cfg.reward.overlap is None else cfg.reward.overlap,
+            (ctx.device.type != "cpu" and cfg.reward.num_workers > 0)
+            if cfg.reward.overlap is None
+            else cfg.reward.overlap,
             step,
             ctx.rank,
         )

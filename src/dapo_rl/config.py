@@ -325,15 +325,26 @@ class RewardConfig:
     function with verl's signature, imported only when named here)."""
     timeout_s: float = 5.0
     """Seconds one answer may take to score; past it the worker is killed and the answer scores as wrong."""
+    partial_credit: bool = False
+    """reasoning-gym rows score `2s - 1` for the task's own score `s` in [0, 1] instead of DAPO's +1/-1. Off by
+    default: `chain_sum` gives `len(gold)/len(answer)` to an answer that contains the gold, so `-16` and `116` score
+    +0.33 for a gold 16 and are pushed up against other wrong answers. Other verifiers are binary either way."""
+    lenient: bool = False
+    """The `math` verifier as evaluation harnesses run it: a response without an "Answer:" line or a box is read by
+    its last number, and an unevaluated expression equal to a plain-number gold (`Answer: 17 \\cdot 23 - 4` for
+    387, `\\sum_{k=1}^{100} k` for 5050) is right. Off by default and in training: a policy learns to stop before
+    its answer line or to restate the problem. For scoring other models' outputs (`dapo eval --lenient`)."""
     num_workers: int = 1
-    """Scoring processes (0: score in the trainer's process, without the hard time limit)."""
+    """Scoring processes (0: score in the trainer's process; the `math` verifier keeps to `timeout_s` there, others
+    have no hard limit)."""
     overlap: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
     """Score each chunk of a generation round in a background thread while the engine samples the next chunk
     (the transformers engine: one chunk per `rollout.micro_batch_size` sequences; vLLM: the finished prefix of the
     round, whenever it has grown by `rollout.micro_batch_size` sequences, while the engine keeps sampling). The
     rewards are the same either way, as long as no answer runs out of `timeout_s`. null: on when the actor runs on
     a GPU; off on a CPU, where generation already keeps every core busy and the scoring processes would only
-    compete with it (and their time limits run on a wall clock)."""
+    compete with it (and their time limits run on a wall clock), and off with `num_workers: 0` (a background thread
+    has no time limit)."""
     repetition_penalty: RepetitionPenaltyConfig = field(default_factory=RepetitionPenaltyConfig)
 
 
@@ -838,6 +849,11 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(f"reward.timeout_s={cfg.reward.timeout_s} must be > 0")
     if cfg.reward.num_workers < 0:
         raise ConfigError(f"reward.num_workers={cfg.reward.num_workers} must be >= 0")
+    if cfg.reward.overlap and cfg.reward.num_workers == 0:
+        raise ConfigError(
+            "reward.overlap=true scores in a background thread, where reward.num_workers=0 has no time limit "
+            "(SIGALRM only works on the main thread); set reward.num_workers >= 1 or reward.overlap=false"
+        )
     rc = a.rollout_correction
     if rc.rollout_is is not None:
         _choice(rc.rollout_is, ("token", "sequence"), "algorithm.rollout_correction.rollout_is")

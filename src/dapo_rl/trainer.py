@@ -186,7 +186,13 @@ class Trainer:
         # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
         # of a tensor-parallel group: give each rank its own stream back
         seed_everything(cfg.trainer.seed + ctx.rank)
-        self.pool = RewardPool(cfg.reward.name, cfg.reward.num_workers, cfg.reward.timeout_s)
+        self.pool = RewardPool(
+            cfg.reward.name,
+            cfg.reward.num_workers,
+            cfg.reward.timeout_s,
+            partial_credit=cfg.reward.partial_credit,
+            lenient=cfg.reward.lenient,
+        )
         self.scorer = Scorer(
             self.tokenizer,
             self.pool,

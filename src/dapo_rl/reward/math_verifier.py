@@ -5,12 +5,17 @@ DAPO's own scorer (:mod:`dapo_rl.reward.math_dapo`) compares normalised strings,
 keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but judges the answer itself:
 
 1. extract the final answer (:func:`~dapo_rl.reward.extract.extract_final_answer`: the later of the last
-   "Answer:" line and the last ``\\boxed{}``; a short response with neither is read whole, a longer one
-   by :func:`~dapo_rl.reward.extract.fallback_final_answer`: the last number or math span of its last
-   sentences, as Math-Verify falls back to the last expression);
+   "Answer:" line and the last ``\\boxed{}``); a response with neither has no final answer and is wrong.
+   ``lenient=True`` (`reward.lenient`, for scoring other models' outputs the way evaluation harnesses do) reads
+   such a response instead: a short one whole, a longer one by
+   :func:`~dapo_rl.reward.extract.fallback_final_answer` (the last number or math span of its last sentences, as
+   Math-Verify falls back to the last expression);
 2. clean it (:func:`~dapo_rl.reward.extract.clean_answer`), and the ground truth the same way;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
-   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``);
+   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``); where the gold is a plain
+   number, refuse an answer that is an unevaluated expression of operations (:func:`is_unevaluated_expression`:
+   ``17 \\cdot 23 - 4``, ``\\sum_{k=1}^{100} k``, ``2+3``), which restates the problem instead of solving it
+   (``lenient=True`` accepts it when it evaluates to the gold);
 4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compare element by element;
 5. fast path: equal strings, or two plain numbers / integer fractions: exact values and two decimals compare
    exactly, a decimal against an exact value must be that value correctly rounded to 6+ significant digits;
@@ -28,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -42,10 +48,11 @@ from dapo_rl.reward.extract import (
     looks_like_prose,
     split_top_level,
 )
-from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
+from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result, timeout_result
 
 __all__ = [
     "DECIMAL_REL_TOL",
+    "Deadline",
     "EXACT_DIGITS",
     "INVALID_PRED",
     "MAX_ANSWER_CHARS",
@@ -56,6 +63,7 @@ __all__ = [
     "answer_is_too_complex",
     "compute_score_math",
     "gsm8k_ground_truth",
+    "is_unevaluated_expression",
 ]
 
 INVALID_PRED = "[INVALID]"
@@ -85,12 +93,26 @@ EXACT_DIGITS = 60
 """Exact values (no decimal in either side) are evaluated to this many significant digits and must agree to all
 but the last 10 of them: ``1/2^98`` != ``1/2^99`` (Math-Verify's ``evalf(chop=True)`` calls their difference 0)."""
 
+_OPERATION_COMMANDS = (
+    "cdot", "times", "div", "ast", "frac", "dfrac", "tfrac", "cfrac", "sqrt", "sum", "prod", "int", "iint", "iiint",
+    "oint", "lim", "log", "ln", "lg", "exp", "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan",
+    "sinh", "cosh", "tanh", "binom", "dbinom", "tbinom", "choose", "mod", "bmod", "pmod", "max", "min", "gcd", "lcm",
+    "operatorname", "lfloor", "lceil", "floor", "ceil", "over",
+)
+_OPERATION_COMMAND = re.compile(r"\\(?:" + "|".join(_OPERATION_COMMANDS) + r")(?![A-Za-z])")
+_OPERATOR_AFTER_OPERAND = re.compile(r"(?<=[\w})\]!.])\s*[-+*/^\u00d7\u00f7\u2212]|[!\u221a\u2211\u220f\u222b]")
+"""A binary operator after an operand (``2+3``, ``2^{100}``, ``6/2``), a factorial, or a radical, sum, product or
+integral sign: a leading sign (``-5``) is not an operation."""
+
+_SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|bigg|Bigg)(?![A-Za-z])")
+
 _CLOCK = re.compile(r"(\d{1,2})\s*:\s*([0-5]\d)\s*(?:([AaPp])\s*\.?\s*[Mm]?\s*\.?)?")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _INT_FRACTION = re.compile(
     r"([+-]?)\s*(?:\\frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))|(\d+)\s*/\s*(\d+))"
 )
 """An integer fraction: ``\\frac{3}{4}``, ``\\frac34``, ``3/4``, with a sign."""
+_UNSIGNED_INT_FRACTION = re.compile(_INT_FRACTION.pattern.removeprefix(r"([+-]?)\s*"))
 _SCIENTIFIC = re.compile(
     r"([+-]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|\u00d7)\s*10\s*\^\s*(?:\{\s*([+-]?\d{1,4})\s*\}|([+-]?\d))"
 )
@@ -220,6 +242,33 @@ def answer_is_too_complex(answer: str) -> str | None:
     return None
 
 
+def is_unevaluated_expression(answer: str) -> bool:
+    """Whether a cleaned answer is an expression of operations rather than a number written out.
+
+    Args:
+        answer: the cleaned answer (after :func:`~dapo_rl.reward.extract.clean_answer`, which has turned mixed
+            numbers into fractions and removed units, thousands separators and ``x =``).
+
+    Returns:
+        False for a plain number as :func:`_as_exact_number` reads it (``-387``, ``0.5``, ``\\frac{3}{4}``,
+        ``3/4``, ``1.5 \\times 10^{-7}``, ``10^{6}``), also in parentheses (``\\left( \\frac{1}{3} \\right)``),
+        and for anything without an operation (``\\{5\\}``, ``B``);
+        True when it applies an operation: a binary operator after an operand (``2+3``, ``17 \\cdot 23 - 4``,
+        ``2^{100}``), a factorial, or a command such as ``\\sum``, ``\\int``, ``\\sqrt``, ``\\mod``,
+        ``\\binom``, ``\\log`` or a ``\\frac`` that is not an integer fraction.
+
+    Used where the gold is a plain number: a policy trained on such a reward learns to restate the problem's
+    expression (review of 2026-12, ../shared/reviews/correctness.md finding 3), which DAPO's own scorer refuses.
+    """
+    s = _SIZING.sub("", answer).strip()
+    while len(s) > 1 and s[0] == "(" and _group_after(s, 0) == s:  # "(\\frac{1}{3})" is the number 1/3
+        s = s[1:-1].strip()
+    if _as_exact_number(s) is not None:
+        return False
+    s = _UNSIGNED_INT_FRACTION.sub("1", s)  # integer fractions are numbers: "\\frac{1}{2} + \\frac{1}{3}" is a sum
+    return bool(_OPERATION_COMMAND.search(s) or _OPERATOR_AFTER_OPERAND.search(s))
+
+
 def _as_exact_number(s: str) -> tuple[Fraction, int | None] | None:
     """``(value, decimal places)`` when ``s`` is a plain number, an integer fraction or a number in scientific
     notation, else ``None``.
@@ -325,13 +374,34 @@ def _raw_latex_input(raw: str) -> str:
     return f"${text}$"
 
 
-def _timeout_seconds(timeout_s: float) -> int | None:
-    """Math-Verify's SIGALRM timeout (whole seconds, >= 1), or ``None`` off the main thread (see docstring)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if not math.isfinite(timeout_s) or timeout_s <= 0:
-        return None
-    return max(1, math.ceil(timeout_s))
+class Deadline:
+    """What is left of one answer's time budget, as Math-Verify's whole-second SIGALRM time-outs.
+
+    Args:
+        timeout_s: seconds the whole scoring of one answer may take (`reward.timeout_s`).
+
+    Calling it returns the seconds left, rounded up to a whole second (at least 1), for the next parse or
+    comparison, so the last call can overrun the budget by under a second; ``None`` (no time-out) off the main
+    thread, where SIGALRM cannot be used, or for a non-positive or infinite budget.
+
+    Raises:
+        TimeoutError: when called after the budget is spent.
+    """
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.active = (
+            threading.current_thread() is threading.main_thread() and math.isfinite(timeout_s) and timeout_s > 0
+        )
+        self.end = time.monotonic() + timeout_s if self.active else math.inf
+
+    def __call__(self) -> int | None:
+        if not self.active:
+            return None
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"not settled within {self.timeout_s:g} s")
+        return max(1, math.ceil(left))
 
 
 @lru_cache(maxsize=1)
@@ -347,19 +417,22 @@ def _parse(text: str, timeout: int | None) -> list[Any]:
     return parse(text, extraction_config=_extraction_config(), parsing_timeout=timeout)
 
 
-@lru_cache(maxsize=4096)
-def _parse_gold_cached(text: str, timeout: int | None) -> tuple[Any, ...]:
-    parsed = _parse(text, timeout)
-    if not parsed:
-        raise ValueError("unparsed")  # not cached: a time-out must not stick
-    return tuple(parsed)
+_GOLD_CACHE: dict[str, tuple[Any, ...]] = {}
+_GOLD_CACHE_SIZE = 4096
 
 
 def _parse_gold(text: str, timeout: int | None) -> list[Any]:
-    try:
-        return list(_parse_gold_cached(text, timeout))
-    except ValueError:
-        return []
+    """Math-Verify's parse of a gold answer, cached by text (a failed parse is not cached: a time-out must not
+    stick); the oldest entry goes when the cache is full."""
+    hit = _GOLD_CACHE.get(text)
+    if hit is None:
+        parsed = _parse(text, timeout)
+        if not parsed:
+            return []
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            del _GOLD_CACHE[next(iter(_GOLD_CACHE))]
+        hit = _GOLD_CACHE[text] = tuple(parsed)
+    return list(hit)
 
 
 def _real_value(expr: Any) -> Any:
@@ -447,23 +520,23 @@ def _first_expression(parsed: list[Any]) -> Any:
 
 
 def _symbolic_equal(
-    pred_in: str, gold_in: str, timeout: int | None, decimal: tuple[str, Fraction, int] | None = None
+    pred_in: str, gold_in: str, deadline: Deadline, decimal: tuple[str, Fraction, int] | None = None
 ) -> bool:
     from math_verify import verify
     from math_verify.utils import timeout as with_timeout
 
-    gold_parsed = _parse_gold(gold_in, timeout)
+    gold_parsed = _parse_gold(gold_in, deadline())
     if not gold_parsed:
         return False
-    pred_parsed = _parse(pred_in, timeout)
+    pred_parsed = _parse(pred_in, deadline())
     if not pred_parsed:
         return False
-    verdict = with_timeout(timeout)(_numeric_verdict)(
+    verdict = with_timeout(deadline())(_numeric_verdict)(
         _first_expression(gold_parsed), _first_expression(pred_parsed), decimal
     )
     if verdict is not None:
         return verdict
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout, allow_set_relation_comp=True))
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=deadline(), allow_set_relation_comp=True))
 
 
 def _lone_decimal(pred: str, gold: str) -> tuple[str, Fraction, int] | None:
@@ -503,7 +576,7 @@ def _same_tuple(pred: str, gold: str) -> bool | None:
 _ELLIPSIS = re.compile(r"\\(?:[lc]?dots[cbi]?|ldotp|cdotp)|\.\.\.|\u2026|\u22ef")
 
 
-def _same_sequence(pred: str, gold: str, timeout: int | None) -> bool | None:
+def _same_sequence(pred: str, gold: str, deadline: Deadline) -> bool | None:
     """Lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compared element by element, else ``None``.
 
     Each list is read as head, ellipsis, tail. Equal when both have one ellipsis, the tails (``2n-1``) are equal
@@ -524,7 +597,7 @@ def _same_sequence(pred: str, gold: str, timeout: int | None) -> bool | None:
             and pred_dots == gold_dots
             and _all_equal(
                 [(p, g) for i, (p, g) in enumerate(zip(pred_parts, gold_parts)) if i not in gold_dots],
-                timeout,
+                deadline,
             )
         )
     (pd,), (gd,) = pred_dots, gold_dots
@@ -537,14 +610,14 @@ def _same_sequence(pred: str, gold: str, timeout: int | None) -> bool | None:
             return False
         shortest = min(len(pred_head), len(gold_head))
         pred_head, gold_head = pred_head[:shortest], gold_head[:shortest]
-    return _all_equal(list(zip(pred_head + pred_tail, gold_head + gold_tail)), timeout)
+    return _all_equal(list(zip(pred_head + pred_tail, gold_head + gold_tail)), deadline)
 
 
-def _all_equal(pairs: list[tuple[str, str]], timeout: int | None) -> bool:
+def _all_equal(pairs: list[tuple[str, str]], deadline: Deadline) -> bool:
     for p, g in pairs:
         same = _fast_compare(p, g)
         if same is None:
-            same = _symbolic_equal(f"${p}$", f"${g}$", timeout)
+            same = _symbolic_equal(f"${p}$", f"${g}$", deadline)
         if not same:
             return False
     return True
@@ -577,16 +650,21 @@ def _dedupe_list(answer: str) -> str:
     return answer
 
 
-def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float = 5.0) -> ScoreResult:
+def compute_score_math(
+    solution_str: str, ground_truth: Any, *, timeout_s: float = 5.0, lenient: bool = False
+) -> ScoreResult:
     """Score one response to a math problem on DAPO's ±1 scale, judging the final answer mathematically.
 
-    Steps: extract the final answer (the later of the last "Answer:" line and the last ``\\boxed{}``; when
-    neither exists, the whole response if it is at most :data:`SHORT_RESPONSE_CHARS` characters, else the last
-    number or math span of its last sentences, :func:`~dapo_rl.reward.extract.fallback_final_answer`;
+    Steps: extract the final answer (the later of the last "Answer:" line and the last ``\\boxed{}``; a
+    response with neither is wrong, or with ``lenient`` read whole when it is at most
+    :data:`SHORT_RESPONSE_CHARS` characters, else by its last number or math span of its last sentences,
+    :func:`~dapo_rl.reward.extract.fallback_final_answer`;
     the ground truth through :func:`~dapo_rl.reward.extract.gold_final_answer`) -> clean it
     and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> a hedge ("540 or 541", several
     different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
-    make over-long, over-nested or exponent-tower answers wrong without parsing -> lists with an ellipsis
+    make over-long, over-nested or exponent-tower answers wrong without parsing -> against a plain-number gold,
+    an unevaluated expression (:func:`is_unevaluated_expression`: ``2+3`` for 5) is wrong unless ``lenient``
+    -> lists with an ellipsis
     compare element by element -> equal strings or equal plain numbers are correct (a decimal against an exact
     value: correctly rounded, :data:`DECIMAL_REL_TOL`) -> otherwise both are parsed with Math-Verify (LaTeX and
     plain-expression extraction); two numbers, or tuples / intervals of numbers, are compared exactly
@@ -594,19 +672,24 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
     ``math_verify.verify(gold, pred)`` with ``strict=True`` and ``allow_set_relation_comp=True`` (so
     ``0 < x < 12.5`` matches a gold ``(0, 12.5)`` as well as the reverse).
 
-    Time-outs: ``timeout_s`` is passed to Math-Verify as ``parsing_timeout`` and ``timeout_seconds``
-    (rounded up to whole seconds, since they use ``signal.alarm``); it bounds each parse and each pairwise
-    comparison, not the call as a whole. SIGALRM only works in the main thread of the main interpreter, and
-    Math-Verify raises ``ValueError`` when asked for a time-out elsewhere; so off the main thread this
-    function passes ``None`` (no time-out; Math-Verify logs a warning once) and never raises. The alarm also
-    replaces any SIGALRM timer the caller had set. A hard bound on time belongs to the caller (a process pool
-    that kills stuck workers).
+    Time-outs: ``timeout_s`` bounds the whole call (:class:`Deadline`): each Math-Verify parse and comparison
+    gets what is left of it as ``parsing_timeout`` / ``timeout_seconds`` (rounded up to whole seconds, since they
+    use ``signal.alarm``), and once it is spent the answer is wrong with ``timeout: True``; so a call on the main
+    thread ends within ``timeout_s`` plus under a second. SIGALRM only works in the main thread of the main
+    interpreter, and Math-Verify raises ``ValueError`` when asked for a time-out elsewhere; so off the main thread
+    this function passes ``None`` (no time-out; Math-Verify logs a warning once) and never raises. The alarm also
+    replaces any SIGALRM timer the caller had set. There, the hard bound belongs to the caller (the process pool
+    kills a worker that overruns, `dapo_rl.reward.pool`).
 
     Args:
         solution_str: the decoded response (prompt excluded).
         ground_truth: the reference answer: a ``str`` (LaTeX such as ``"\\frac{14}{3}"``, a zero-padded
             ``"025"``, or a solution holding ``\\boxed{}``), an ``int`` or a ``float`` (``27.0`` reads as 27).
-        timeout_s: seconds per Math-Verify parse / comparison (default 5).
+        timeout_s: seconds the call may take (default 5).
+        lenient: accept what evaluation harnesses accept and training should not reward: a response without
+            "Answer:" or a box, read by its last number; an unevaluated expression equal to a plain-number gold
+            (``Answer: 17 \\cdot 23 - 4`` for 387). For scoring other models' outputs; default False, as in
+            training (`reward.lenient`).
 
     Returns:
         ``{"score": 1.0 | -1.0, "acc": bool, "pred": str}``: ``pred`` is the cleaned answer, or
@@ -621,12 +704,15 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
     except ImportError:  # pragma: no cover - math-verify is a dependency; keep the never-raise contract
         TimeoutException = _NeverRaised  # noqa: N806
 
+    deadline = Deadline(timeout_s)
     try:
         if not isinstance(solution_str, str):
             raise TypeError(f"solution_str must be str, got {type(solution_str).__name__}")
         gold_text = _ground_truth_text(ground_truth)
         raw = extract_final_answer(solution_str)
         if raw is None:
+            if not lenient:
+                return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
             size = len(solution_str.strip())
             raw = solution_str if 0 < size <= SHORT_RESPONSE_CHARS else fallback_final_answer(solution_str)
             if raw is None:
@@ -642,8 +728,9 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
         if is_hedged(pred, gold):
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         pred = _dedupe_list(pred)
-        timeout = _timeout_seconds(timeout_s)
-        correct = _same_sequence(pred, gold, timeout)
+        if not lenient and is_unevaluated_expression(pred) and _as_exact_number(gold) is not None:
+            return {"score": WRONG_SCORE, "acc": False, "pred": pred}
+        correct = _same_sequence(pred, gold, deadline)
         if correct is None:
             correct = _fast_compare(pred, gold)
         if correct is None:
@@ -652,9 +739,11 @@ def compute_score_math(solution_str: str, ground_truth: Any, *, timeout_s: float
             correct = _symbolic_equal(
                 _to_latex_input(pred, raw),
                 _to_latex_input(gold, gold_raw),
-                timeout,
+                deadline,
                 _lone_decimal(pred, gold),
             )
-    except (Exception, TimeoutException) as exc:  # a verifier must never raise on model output
+    except (TimeoutError, TimeoutException):  # the budget is spent (Deadline) or a time-out escaped Math-Verify
+        return timeout_result(timeout_s)
+    except Exception as exc:  # a verifier must never raise on model output
         return error_result(exc)
     return {"score": CORRECT_SCORE if correct else WRONG_SCORE, "acc": bool(correct), "pred": pred}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from dapo_rl.reward.result import WRONG_SCORE, ScoreResult
+from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, timeout_result
 
 PRELOAD = [
     "dapo_rl.reward.score",
@@ -31,18 +31,7 @@ ScoreItem = tuple[str, str, Any, Mapping[str, Any] | None]
 """`(data_source, solution_str, ground_truth, extra_info)`: one response to score."""
 
 
-def timeout_result(timeout_s: float) -> ScoreResult:
-    """The result of an answer that was not settled within `timeout_s` seconds (wrong, `timeout` flagged)."""
-    return {
-        "score": WRONG_SCORE,
-        "acc": False,
-        "pred": "",
-        "error": f"TimeoutError: not settled within {timeout_s:g} s",
-        "timeout": True,
-    }
-
-
-def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
+def _worker(conn: Connection, verifier: str, timeout_s: float, options: dict[str, bool]) -> None:
     from dapo_rl.reward.score import compute_score
 
     while True:
@@ -53,14 +42,14 @@ def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
         if msg is None:
             return
         idx, (source, text, gt, extra) = msg
-        res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s)
+        res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
         conn.send((idx, dict(res)))
 
 
 class _Worker:
-    def __init__(self, ctx, verifier: str, timeout_s: float):
+    def __init__(self, ctx, verifier: str, timeout_s: float, options: dict[str, bool]):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s, options), daemon=True)
         self.proc.start()
         child.close()
         self.job: int | None = None
@@ -77,13 +66,24 @@ class RewardPool:
 
     Args:
         verifier: `auto` (by `data_source`), `math`, `math_dapo`, `reasoning_gym` or `module:function`.
-        num_workers: worker processes; 0 scores in this process (no hard time limit: for debugging only).
+        num_workers: worker processes; 0 scores in this process (the `math` verifier keeps to `timeout_s` on the
+            main thread, see `compute_score_math`; other verifiers and other threads have no hard limit there).
         timeout_s: seconds one answer may take, including the verifier's own limits; past it the worker is killed.
+        partial_credit: reasoning-gym's partial credit instead of DAPO's ±1 (`reward.partial_credit`).
+        lenient: the `math` verifier's evaluation-harness leniency (`reward.lenient`).
 
     Use as a context manager or call `close()`; `stats` counts `scored`, `errors` and `timeouts` so far.
     """
 
-    def __init__(self, verifier: str = "auto", num_workers: int = 1, timeout_s: float = 5.0):
+    def __init__(
+        self,
+        verifier: str = "auto",
+        num_workers: int = 1,
+        timeout_s: float = 5.0,
+        *,
+        partial_credit: bool = False,
+        lenient: bool = False,
+    ):
         if num_workers < 0:
             raise ValueError(f"reward.num_workers={num_workers} must be >= 0")
         if timeout_s <= 0:
@@ -92,12 +92,13 @@ class RewardPool:
 
         resolve_verifier(verifier)  # fail early on a bad name or an unimportable user function
         self.verifier, self.num_workers, self.timeout_s = verifier, num_workers, timeout_s
+        self.options = {"partial_credit": partial_credit, "lenient": lenient}
         self._ctx = None
         self._workers: list[_Worker] = []
         if num_workers > 0:
             self._ctx = mp.get_context("forkserver")
             self._ctx.set_forkserver_preload(PRELOAD)
-            self._workers = [_Worker(self._ctx, verifier, timeout_s) for _ in range(num_workers)]
+            self._workers = [_Worker(self._ctx, verifier, timeout_s, self.options) for _ in range(num_workers)]
 
     def __enter__(self) -> RewardPool:
         return self
@@ -129,7 +130,7 @@ class RewardPool:
             from dapo_rl.reward.score import compute_score
 
             return [
-                compute_score(s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s)
+                compute_score(s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s, **self.options)
                 for s, t, g, e in items
             ]
         results: list[ScoreResult | None] = [None] * len(items)
@@ -164,7 +165,7 @@ class RewardPool:
     def _replace(self, w: _Worker) -> None:
         w.kill()
         i = self._workers.index(w)
-        self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s)
+        self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s, self.options)
 
 
 def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -3,8 +3,14 @@
 reasoning-gym (https://github.com/open-thought/reasoning-gym) generates procedural reasoning tasks
 (``chain_sum``, ``basic_arithmetic``, ...) and ships a scorer per task that returns a value in [0, 1], some
 with partial credit. Here the response's final answer is read as the `math` verifier reads it (the last "Answer:" line or
-``\\boxed{}``) and that
-score is mapped onto DAPO's ±1 reward scale, so reasoning-gym tasks and math data share one convention.
+``\\boxed{}``) and scored on DAPO's reward: +1 when reasoning-gym calls it fully right, -1 otherwise
+(arXiv 2503.14476 §2.4). Partial credit (``partial_credit=True``, `reward.partial_credit`) maps the score ``s`` to
+``2s - 1`` instead; it is off by default because it rewards wrong answers: ``chain_sum`` gives ``len(gold) /
+len(answer)`` to any answer that contains the gold as a substring, so ``-16`` and ``116`` score +0.33 for a gold 16
+and get a positive advantage over other wrong answers in a group.
+
+An answer that is digits split by commas that are not thousands separators (``1,6``, ``12,34``) is wrong when the
+gold has no comma: reasoning-gym strips every comma before comparing numbers, so ``1,6`` would count as 16.
 
 ``reasoning_gym`` is imported on first use, so math-only scoring does not pay for its import.
 """
@@ -13,15 +19,36 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
 from dapo_rl.reward.extract import extract_final_answer
-from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, error_result
+from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
 
 ACC_TOLERANCE = 1e-9
 """A reasoning-gym score ``s`` counts as correct (``acc``) when ``s >= 1 - ACC_TOLERANCE``."""
+
+_COMMA_DIGITS = re.compile(r"[+-]?\d+(?:,\d+)+(?:\.\d+)?")
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+
+
+def misplaced_commas(answer: str, ground_truth: Any) -> bool:
+    """Whether ``answer`` is digits split by commas that are not thousands separators, against a comma-free gold.
+
+    Args:
+        answer: the extracted answer, stripped (``"1,6"``).
+        ground_truth: the row's gold; a gold with a comma (a list answer such as ``"1,6"``) turns the check off.
+
+    Returns:
+        True for ``"1,6"``, ``"12,34"``, ``"1,6000"``, ``"0,500"`` against a comma-free gold; False for
+        ``"1,600"``, ``"-12,345.5"`` (thousands separators), ``"16"`` and anything that is not comma-split digits.
+    """
+    if "," in str(ground_truth):
+        return False
+    compact = answer.replace(" ", "")
+    return bool(_COMMA_DIGITS.fullmatch(compact)) and not _THOUSANDS.fullmatch(compact)
 
 
 @cache
@@ -62,6 +89,8 @@ def compute_score_reasoning_gym(
     solution_str: str,
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
+    *,
+    partial_credit: bool = False,
 ) -> ScoreResult:
     """Score one response to a reasoning-gym task on DAPO's ±1 scale.
 
@@ -81,16 +110,20 @@ def compute_score_reasoning_gym(
         extra_info: optional; ``"question"`` (str, default ``""``) and ``"metadata"`` (dict, default ``{}``)
             of the generated entry. ``metadata`` may have gone through JSON (lists where reasoning-gym had
             tuples) or be a JSON object string, as a parquet file may store it.
+        partial_credit: score ``2*s - 1`` instead of ±1 (see the module docstring for what it rewards).
 
     Returns:
-        ``{"score": 2*s - 1, "acc": s >= 1 - 1e-9, "pred": answer}`` with ``s`` the reasoning-gym score
-        clipped to [0, 1]. Without a final answer: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
+        ``{"score": +1.0 if acc else -1.0, "acc": s >= 1 - 1e-9, "pred": answer}`` with ``s`` the
+        reasoning-gym score clipped to [0, 1] (``"score": 2*s - 1`` with ``partial_credit``). An answer of
+        comma-split digits against a comma-free gold (:func:`misplaced_commas`) scores -1 without calling the
+        scorer. Without a final answer: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
         scorer is not called). Never raises: any failure (unknown task, malformed metadata, a scorer that
         raises or returns a non-finite value) returns ``score=-1.0``, ``acc=False``, ``pred=""`` and an
         ``error`` key ``"<ExceptionType: message>"``.
 
-    Source: reasoning-gym ``ProceduralDataset.score_answer``; the linear map [0, 1] -> [-1, 1] puts 0 and 1
-    at DAPO's wrong/correct rewards (arXiv 2503.14476 §2.4).
+    Source: reasoning-gym ``ProceduralDataset.score_answer``; DAPO's binary reward R = 1 if the answer is
+    equivalent else -1 (arXiv 2503.14476 §2.4, Eq. 9); the partial-credit map [0, 1] -> [-1, 1] puts 0 and 1 at
+    DAPO's wrong/correct rewards.
     """
     try:
         score_fn = score_answer_fn(task)
@@ -98,6 +131,8 @@ def compute_score_reasoning_gym(
         if answer is None:
             return {"score": WRONG_SCORE, "acc": False, "pred": ""}
         pred = answer.strip().strip("*`$ ").rstrip(".").strip()
+        if misplaced_commas(pred, ground_truth):
+            return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         info: Mapping[str, Any] = extra_info if extra_info is not None else {}
         question = info.get("question")
         entry = {
@@ -111,4 +146,7 @@ def compute_score_reasoning_gym(
         s = min(max(raw, 0.0), 1.0)
     except Exception as exc:  # a verifier must never raise on model output
         return error_result(exc)
-    return {"score": 2.0 * s - 1.0, "acc": s >= 1.0 - ACC_TOLERANCE, "pred": pred}
+    acc = s >= 1.0 - ACC_TOLERANCE
+    if partial_credit:
+        return {"score": 2.0 * s - 1.0, "acc": acc, "pred": pred}
+    return {"score": CORRECT_SCORE if acc else WRONG_SCORE, "acc": acc, "pred": pred}

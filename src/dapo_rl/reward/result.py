@@ -28,13 +28,16 @@ class ScoreResult(_RequiredScoreFields, total=False):
     """What a verifier returns for one response.
 
     Keys:
-        score: reward on DAPO's ±1 scale (1.0 correct, -1.0 wrong; reasoning-gym partial credit lies between).
+        score: reward on DAPO's ±1 scale (1.0 correct, -1.0 wrong; reasoning-gym partial credit, an option, lies
+            between).
         acc: whether the answer counts as correct (the dynamic-sampling filter groups on this).
         pred: the answer the verifier extracted from the response (for logs and maj@k).
-        error: present only when scoring raised; ``"<ExceptionType: message>"``.
+        error: present only when scoring raised or ran out of time; ``"<ExceptionType: message>"``.
+        timeout: present (True) only when the answer was not settled within `reward.timeout_s`.
     """
 
     error: str
+    timeout: bool
 
 
 def error_result(exc: BaseException) -> ScoreResult:
@@ -47,6 +50,25 @@ def error_result(exc: BaseException) -> ScoreResult:
         ``{"score": -1.0, "acc": False, "pred": "", "error": "<ExceptionType: message>"}``.
     """
     return {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def timeout_result(timeout_s: float) -> ScoreResult:
+    """The result of an answer that was not settled within `timeout_s` seconds (wrong, `timeout` flagged).
+
+    Args:
+        timeout_s: the budget that ran out (`reward.timeout_s`).
+
+    Returns:
+        ``{"score": -1.0, "acc": False, "pred": "", "error": "TimeoutError: not settled within <t> s",
+        "timeout": True}``.
+    """
+    return {
+        "score": WRONG_SCORE,
+        "acc": False,
+        "pred": "",
+        "error": f"TimeoutError: not settled within {timeout_s:g} s",
+        "timeout": True,
+    }
 
 
 def checked_result(res: Mapping) -> ScoreResult:

@@ -4,9 +4,9 @@
 
 | name | verifier |
 |---|---|
-| `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify |
+| `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify (an unevaluated expression against a plain-number gold is wrong unless `lenient`) |
 | `math_dapo` | DAPO's published "Answer:" scorer, bit-compatible, quirks included (reproduces the paper's numbers) |
-| `reasoning_gym` | the task's own `score_answer`; the task is `reasoning_gym/<task>` in the name or the row's data source |
+| `reasoning_gym` | the task's own `score_answer` (+1 when fully right, else -1; its partial credit with `partial_credit`); the task is `reasoning_gym/<task>` in the name or the row's data source |
 | `module:function` | a user function with verl's signature `(data_source, solution_str, ground_truth, extra_info)`, imported only when the config names it |
 
 `compute_score(data_source, ...)` picks by `verifier` (`reward.name` in the config) or, with `auto`, by the row's
@@ -33,27 +33,33 @@ VERIFIERS = ("auto", "math", "math_dapo", "reasoning_gym")
 Verifier = Callable[..., ScoreResult]
 
 
-def _math(solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0) -> ScoreResult:
+def _math(
+    solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0, lenient: bool = False, **_
+) -> ScoreResult:
     from dapo_rl.reward.math_verifier import compute_score_math
 
-    return compute_score_math(solution_str, ground_truth, timeout_s=timeout_s)
+    return compute_score_math(solution_str, ground_truth, timeout_s=timeout_s, lenient=lenient)
 
 
-def _math_dapo(
-    solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0
-) -> ScoreResult:
+def _math_dapo(solution_str: str, ground_truth: Any, extra_info=None, **_) -> ScoreResult:
     return compute_score_math_dapo(solution_str, ground_truth)
 
 
 def _reasoning_gym(
-    solution_str: str, ground_truth: Any, extra_info=None, *, task: str | None = None, timeout_s: float = 5.0
+    solution_str: str,
+    ground_truth: Any,
+    extra_info=None,
+    *,
+    task: str | None = None,
+    partial_credit: bool = False,
+    **_,
 ) -> ScoreResult:
     if task is None:
         meta = (extra_info or {}).get("metadata") or {}
         task = meta.get("source_dataset") if isinstance(meta, Mapping) else None
         if not task:
             return error_result(ValueError("reasoning_gym verifier: no task (name it reasoning_gym/<task>)"))
-    return compute_score_reasoning_gym(task, solution_str, ground_truth, extra_info)
+    return compute_score_reasoning_gym(task, solution_str, ground_truth, extra_info, partial_credit=partial_credit)
 
 
 @cache
@@ -87,7 +93,7 @@ def resolve_verifier(name: str) -> Verifier | None:
     if ":" in name:
         fn = _user_function(name)
 
-        def user(solution_str, ground_truth, extra_info=None, *, timeout_s=5.0, data_source=""):
+        def user(solution_str, ground_truth, extra_info=None, *, data_source="", **_):
             out = fn(data_source, solution_str, ground_truth, extra_info)
             if isinstance(out, Mapping):
                 res = dict(out)
@@ -123,6 +129,8 @@ def compute_score(
     *,
     verifier: str = "auto",
     timeout_s: float = 5.0,
+    partial_credit: bool = False,
+    lenient: bool = False,
 ) -> ScoreResult:
     """Score one response against its row's ground truth.
 
@@ -134,9 +142,16 @@ def compute_score(
         extra_info: the row's ``extra_info`` (reasoning-gym reads ``question`` and ``metadata`` from it).
         verifier: `auto` or a name for `get_verifier` (the config's ``reward.name``).
         timeout_s: time limit handed to the verifier's own symbolic checks (the process pool enforces it hard).
+        partial_credit: reasoning-gym rows score ``2s - 1`` for reasoning-gym's score ``s`` in [0, 1] instead of
+            DAPO's ±1 (`reward.partial_credit`; wrong answers can then score above -1). Other verifiers ignore it.
+        lenient: the `math` verifier also reads a response without "Answer:" or a box by its last number, and
+            accepts an unevaluated expression equal to a plain-number gold (`reward.lenient`; for scoring other
+            models as evaluation harnesses do, not for training). Other verifiers ignore it.
 
     Returns:
-        ``{"score": float, "acc": bool, "pred": str}`` on DAPO's ±1 scale, plus ``"error"`` only when scoring
+        ``{"score": float, "acc": bool, "pred": str}`` on DAPO's ±1 scale (every built-in verifier gives +1 or
+        -1 unless ``partial_credit``; a `module:function` verifier's score is passed on as it returns it),
+        plus ``"error"`` only when scoring
         failed: the verifier raised, or returned a score that is not a finite number (NaN, inf, a string), which
         scores -1 like any error. Never raises on model output.
 
@@ -151,10 +166,11 @@ def compute_score(
                 fn = partial(_reasoning_gym, task=source[len(REASONING_GYM_PREFIX) :])
             else:
                 fn = _math
+        options = {"timeout_s": timeout_s, "partial_credit": partial_credit, "lenient": lenient}
         if getattr(fn, "accepts_data_source", False):
-            res = fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s, data_source=source)
+            res = fn(solution_str, ground_truth, extra_info, data_source=source, **options)
         else:
-            res = fn(solution_str, ground_truth, extra_info, timeout_s=timeout_s)
+            res = fn(solution_str, ground_truth, extra_info, **options)
         return checked_result(res)
     except Exception as e:  # a verifier must never take training down
         return error_result(e)
