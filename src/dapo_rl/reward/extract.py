@@ -10,7 +10,9 @@ Three steps turn a model response into a comparable answer string:
    A long response with neither gives the last number or math span of its last sentences
    (:func:`fallback_final_answer`); a reference solution is read by :func:`gold_final_answer`.
 2. :func:`clean_answer` strips presentation: Markdown, math delimiters, ``\\text{}`` wrappers, units,
-   trailing punctuation, thousands separators, "x =" assignments, zero padding, "27.0" -> "27" and so on.
+   trailing punctuation, thousands separators, "x =" assignments, zero padding, "27.0" -> "27" and so on, and
+   reads Python syntax (``2**10``, ``2*pi``, ``sqrt(2)``) and scale words ("5 million") as the numbers they mean.
+   :func:`choice_letter` reads "B) 12" as the option letter B.
 3. :func:`is_hedged` flags answers that offer several candidates ("540 or 541", "either 3 or 4",
    "540, 541" for a single-valued ground truth); the verifier scores those as wrong.
 
@@ -23,6 +25,7 @@ import re
 
 __all__ = [
     "BOX_COMMANDS",
+    "choice_letter",
     "clean_answer",
     "extract_final_answer",
     "fallback_final_answer",
@@ -118,7 +121,9 @@ def _answer_line(text: str) -> tuple[int, int, str] | None:
     """The last answer anchor's content: ``(anchor_start, content_end, content)`` or ``None``.
 
     The content is the rest of the anchor's line; when that is empty (``"Answer:\\n540"``) it is the next
-    non-empty line, and a display block opened there (``$$``, ``\\[``) runs to its closing delimiter.
+    non-empty line, and a display block opened there (``$$``, ``\\[``) runs to its closing delimiter. An anchor
+    opened by a square bracket (``[answer: 42]``, ``[Final Answer: 42]``, any case) ends at its closing bracket
+    (:func:`_inside_bracket`).
     """
     last = None
     for match in _ANSWER_ANCHOR.finditer(text):
@@ -127,6 +132,40 @@ def _answer_line(text: str) -> tuple[int, int, str] | None:
         last = match
     if last is None:
         return None
+    found = _anchor_content(text, last)
+    line_start = text.rfind("\n", 0, last.start()) + 1
+    if _BRACKET_LEAD.search(text, line_start, last.start()):
+        return found[0], found[1], _inside_bracket(found[2])
+    return found
+
+
+_BRACKET_LEAD = re.compile(r"(?i)(?<!\\)\[[ \t*_]*(?:final[ \t]+)?\Z")
+"""A ``[`` (not the display-math ``\\[``) right before an answer anchor, "final" allowed between."""
+
+
+def _inside_bracket(content: str) -> str:
+    """The answer of ``[answer: ...]``: ``content`` up to the bracket that closes the lead-in's ``[``.
+
+    A content ending in ``]`` (after trailing spaces and ``.``) loses that last ``]``, so an interval survives
+    (``"[0, 1)]"`` -> ``"[0, 1)"``); otherwise it ends at its first ``]`` that no ``[`` of its own opened
+    (``"42] and more"`` -> ``"42"``). Without such a ``]`` (a truncated response) it is returned whole.
+    """
+    trimmed = content.rstrip(" \t\r.")
+    if trimmed.endswith("]"):
+        return trimmed[:-1]
+    depth = 0
+    for i, ch in enumerate(content):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                return content[:i]
+    return content
+
+
+def _anchor_content(text: str, last: re.Match[str]) -> tuple[int, int, str]:
+    """``(anchor_start, content_end, content)`` of the anchor ``last`` (see :func:`_answer_line`)."""
     start = last.end()
     line_end = text.find("\n", start)
     line_end = len(text) if line_end == -1 else line_end
@@ -386,6 +425,7 @@ _UNWRAP_START = re.compile(r"\\(?:" + "|".join(_UNWRAP_COMMANDS) + r")\s*\{")
 _UNITS = (
     "degrees?",
     "radians?",
+    "rad",
     "cm",
     "mm",
     "km",
@@ -446,7 +486,8 @@ _UNITS = (
     "pct",
 )
 _UNIT_WORDS = r"(?:(?:square|sq\.?|cubic)\s+)?(?:" + "|".join(_UNITS) + r")(?:\s*\^\s*\{?[23]\}?)?"
-_TRAILING_UNIT = re.compile(r"(?<=[\d})])\s*" + _UNIT_WORDS + r"\s*$", re.IGNORECASE)
+_TRAILING_UNIT = re.compile(r"(?:(?<=[\d})])|(?<=\\pi))\s*" + _UNIT_WORDS + r"\s*$", re.IGNORECASE)
+"""A unit word after a number, a closing bracket or ``\\pi`` ("5 cm", "\\frac{\\pi}{2} rad", "2\\pi rad")."""
 _TRAILING_LETTER_UNIT = re.compile(r"^([+-]?[\d.,]+)\s*(?:m|s|h|g|L)(?:\s*\^\s*\{?[23]\}?)?\s*$")
 """One-letter units only after a plain number ("5 m", "3 s"); "a + m" and "x + 2 h" keep theirs."""
 _MATH_WORDS = frozenset(
@@ -454,6 +495,9 @@ _MATH_WORDS = frozenset(
 )
 _ATTACHED_UNIT = re.compile(r"(?<=\d)(?:cm|mm|km|kg|ft|mph|cm\^2|m\^2|cm\^3)\s*$")
 _TRAILING_WORDS = re.compile(r"(?<=\d)\s+(?:[A-Za-z]{2,}\.?\s*){1,3}$")
+_SCALE_WORDS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+"""Words that multiply the number before them ("5 million" is 5000000): never dropped as a unit."""
+_SCALABLE_NUMBER = re.compile(r"[+-]?(?:(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
 _TRAILING_DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\circ|\\degree)\s*(?:[CF]\b)?\s*$")
 _DEGREE_ANYWHERE = re.compile(r"\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°|\\degree)")
 _TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan)")
@@ -495,14 +539,21 @@ def looks_like_prose(s: str) -> bool:
 
 
 def _strip_prose_head(s: str) -> str:
-    """Sentence to value: "The volume of $V$ is 120" -> "120": keep what follows the last "is"/"are"/"equals" of a sentence."""
+    """Sentence to value: "The volume of $V$ is 120" -> "120": keep what follows the last "is"/"are"/"equals" of a
+    sentence, when that holds no word of 3+ letters other than "and" and scale words ("the roots are 3 and -2" ->
+    "3 and -2", "the population is 5 million" -> "5 million")."""
     if not _PROSE_WORD.search(s):
         return s
     verbs = list(_PROSE_VERB.finditer(s))
     if not verbs:
         return s
     head, tail = s[: verbs[-1].start()], s[verbs[-1].end() :].strip()
-    if not tail or not re.search(r"[A-Za-z]", head) or _PROSE_WORD.search(tail):
+    value_words = {"and", *_SCALE_WORDS}
+    if (
+        not tail
+        or not re.search(r"[A-Za-z]", head)
+        or any(w.lower().removesuffix("s") not in value_words for w in _PROSE_WORD.findall(tail))
+    ):
         return s
     if _HEDGE_WORD.search(head):
         return s  # "3 or 4 is ..." keeps its hedge visible
@@ -527,6 +578,9 @@ def _strip_explanation(s: str) -> str:
 
 
 def _strip_markdown(s: str) -> str:
+    """Drop Markdown bold, emphasis markers, a heading or quote marker and backticks; a Python power ``2**10`` is
+    read as one first (:func:`_python_powers`), so it is never taken for bold."""
+    s = _python_powers(s)
     s = re.sub(r"\*\*(.+?)\*\*", r"\1", s)
     s = re.sub(r"(?<![\w\\])__(.+?)__(?!\w)", r"\1", s)
     s = s.strip()
@@ -536,6 +590,99 @@ def _strip_markdown(s: str) -> str:
     if len(s) >= 2 and s[0] == "`" and s[-1] == "`":
         s = s.strip("`").strip()
     return s
+
+
+_POWER_STARS = re.compile(r"(?<=[\w)\]}.])\*\*(?=[\w(.])|(?<=[\w)\]}.])[ \t]+\*\*[ \t]+(?=[-+\w(.])")
+"""A Python power ``**`` between two operands, written tight (``2**10``, ``x**(n+1)``) or spaced on both sides
+(``2 ** 10``). Markdown bold never has an operand on both sides with the same spacing: ``**42**``, ``B)** 12``."""
+_EXPONENT_TOKEN = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+|[A-Za-z_]\w*)")
+
+
+def _python_powers(s: str) -> str:
+    """Python / sympy powers as LaTeX ones, the exponent braced: ``2**10`` -> ``2^{10}``, ``x**(n+1)`` ->
+    ``x^{(n+1)}``, ``2 ** -1`` -> ``2^{-1}``, ``e**sqrt(2)`` -> ``e^{sqrt(2)}``.
+
+    Run before Markdown bold is stripped, which would otherwise read ``2**3 + 2**2`` as bold "3 + 2" and answer
+    ``23 + 22``. A ``**`` without an operand on each side (``**42**``) is left to the bold rule. An exponent that
+    is neither a number, a name nor a bracketed group leaves the rest of the string as it is.
+    """
+    if "**" not in s:
+        return s
+    out: list[str] = []
+    pos = 0
+    for _ in range(s.count("**")):
+        match = _POWER_STARS.search(s, pos)
+        if match is None:
+            break
+        i = match.end()
+        if i < len(s) and s[i] == "(":
+            end = _closing_paren(s, i)
+        else:
+            token = _EXPONENT_TOKEN.match(s, i)
+            if token is None:
+                break
+            end = token.end()
+            if end < len(s) and s[end] == "(" and s[i].isalpha():  # a function call: "sqrt(2)"
+                end = _closing_paren(s, end)
+        if end is None:
+            break
+        out.append(s[pos : match.start()] + "^{" + s[i:end] + "}")
+        pos = end
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _closing_paren(s: str, open_index: int) -> int | None:
+    """Index just past the ``)`` that closes the ``(`` at ``open_index``, or ``None`` when it is never closed."""
+    depth = 0
+    for j in range(open_index, len(s)):
+        if s[j] == "(":
+            depth += 1
+        elif s[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return None
+
+
+_PYTHON_PI = re.compile(r"(?<![A-Za-z])pi(?![A-Za-z])")
+_PYTHON_SQRT = re.compile(r"(?<![A-Za-z])sqrt\s*\(")
+
+
+def _python_syntax(s: str) -> str:
+    """Plain-text mathematics in Python / sympy syntax as LaTeX: ``pi`` -> ``\\pi``, ``sqrt(x)`` -> ``\\sqrt{x}``
+    (``2*pi``, ``pi/2``, ``sqrt(2)/2``, ``2*sqrt(3)``), so that the LaTeX parser does not read ``pi`` as p times
+    i. Only text without a backslash is read this way (LaTeX already says what it means); ``*`` and powers
+    (:func:`_python_powers`) are read by both."""
+    if "\\" in s or ("pi" not in s and "sqrt" not in s):
+        return s
+    s = _PYTHON_PI.sub(r"\\pi", s)
+    for _ in range(s.count("sqrt")):
+        match = _PYTHON_SQRT.search(s)
+        if match is None:
+            break
+        end = _closing_paren(s, match.end() - 1)
+        if end is None:
+            break
+        s = s[: match.start()] + "\\sqrt{" + s[match.end() : end - 1] + "}" + s[end:]
+    return s
+
+
+_FRACTION_ARGS = re.compile(r"\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_GROUPED_DIGITS = re.compile(r"[+-]?[1-9]\d{0,2}(?:(?:,| )\d{3})+(?:\.\d+)?")
+
+
+def _fraction_thousands(s: str) -> str:
+    """Thousands separators inside a ``\\frac``'s numerator or denominator removed: ``\\frac{1,000}{3}`` ->
+    ``\\frac{1000}{3}`` (also ``1{,}000``, ``1\\,000``, ``\\text{1,000}`` once those are cleaned to ``1,000``,
+    and ``1 000``). Only an argument that is one number grouped in threes: ``\\frac{1,5}{3}`` stays."""
+    if "frac" not in s:
+        return s
+
+    def one(arg: str) -> str:
+        return arg.replace(",", "").replace(" ", "") if _GROUPED_DIGITS.fullmatch(arg.strip()) else arg
+
+    return _FRACTION_ARGS.sub(lambda m: f"\\frac{{{one(m.group(1))}}}{{{one(m.group(2))}}}", s)
 
 
 def _strip_math_delimiters(s: str) -> str:
@@ -560,6 +707,9 @@ def _latex_spacing(s: str) -> str:
 
 
 def _strip_units(s: str) -> str:
+    """Degrees, percent signs and trailing unit words dropped ("10 degrees", "5 cm", "\\frac{\\pi}{2} rad");
+    a scale word multiplies a plain number instead ("5 million dollars" -> "5000000", :func:`_scale`), and after
+    anything else it stays (never dropped: "5 million" is not 5)."""
     if not _TRIG.search(s):
         s = _DEGREE_ANYWHERE.sub("", s)
     s = _TRAILING_DEGREE.sub("", s)
@@ -577,13 +727,34 @@ def _strip_units(s: str) -> str:
         and not re.search(r"(?i)\b(?:and|or|to|of|is|for|either)\b", words.group(0))
         and not _MATH_WORDS.intersection(w.lower().rstrip(".") for w in words.group(0).split())
     ):
-        s = s[: words.start()]
+        names = [w.lower().rstrip(".") for w in words.group(0).split()]
+        scales = [_SCALE_WORDS.get(w.removesuffix("s")) for w in names]
+        if not any(scales):
+            return s[: words.start()]
+        if scales[0] and not any(scales[1:]) and _SCALABLE_NUMBER.fullmatch(s[: words.start()]):
+            # "5 million (dollars)" -> "5000000"; a scale word after anything else stays, so never 5 == 5 million
+            return _scale(s[: words.start()], scales[0])
     return s
 
 
+def _scale(number: str, exponent: int) -> str:
+    """``number`` (digits, optional sign, thousands separators and decimals) times ``10**exponent``, written out:
+    ``("2.5", 6)`` -> ``"2500000"``, ``("1,500", 3)`` -> ``"1500000"``, ``(".5", 2)`` -> ``"50"``. Decimal string
+    arithmetic: exact, no float rounding."""
+    sign = "-" if number.startswith("-") else ""
+    whole, _, frac = number.lstrip("+-").replace(",", "").partition(".")
+    digits = whole + frac.ljust(exponent, "0")
+    whole, frac = digits[: len(whole) + exponent], digits[len(whole) + exponent :]
+    whole = whole.lstrip("0") or "0"
+    return sign + whole + ("." + frac if frac.strip("0") else "")
+
+
 def _strip_trailing_punct(s: str) -> str:
-    """Drop trailing ``.``, ``,``, ``;`` and ``!``; a ``!`` right after a digit, letter or bracket is a factorial."""
+    """Drop trailing ``.``, ``,``, ``;`` and ``!``; a ``!`` right after a digit, letter or bracket is a factorial;
+    a ``...`` that ends a list ("1, 3, 5, ...", "1; 3; 5...") is its ellipsis and stays."""
     s = s.rstrip()
+    if s.endswith("...") and len(split_top_level(s[:-3])) > 1:
+        return s
     while s and s[-1] in ".,;!":
         if s[-2:] in ("\\!", "\\,", "\\;"):
             break
@@ -750,8 +921,14 @@ def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
     ``\\(..\\)``, ``\\[..\\]`` and currency ``\\$``; wrappers ``\\boxed``, ``\\fbox``, ``\\text``,
     ``\\textbf``, ``\\mathrm``, ``\\mbox`` (kept content); ``\\dfrac``/``\\tfrac``/``\\cfrac`` -> ``\\frac``;
     TeX spacing ``\\!``, ``\\,``, ``\\;``, ``\\quad``, ``~`` and ``\\left``/``\\right``; ``{,}`` -> ``,``;
+    Python powers ``2**10`` -> ``2^{10}`` (before bold is stripped: :func:`_python_powers`) and, in text without
+    a backslash, ``pi`` -> ``\\pi`` and ``sqrt(2)`` -> ``\\sqrt{2}`` (:func:`_python_syntax`); thousands
+    separators in a fraction's numerator or denominator (``\\frac{1,000}{3}`` -> ``\\frac{1000}{3}``, not
+    ``\\frac{1,5}{3}``: :func:`_fraction_thousands`);
     degrees (``^\\circ``, ``°``), percent signs, trailing unit words ("10 degrees", "5 cm", "64 square
-    inches"); trailing ``.``, ``,``, ``;``, ``!``; a leading assignment ``x =``, ``f(x) =``, ``(p, q) =``,
+    inches", "\\frac{\\pi}{2} rad"); a scale word times a plain number ("5 million" -> "5000000", never dropped:
+    :func:`_strip_units`); trailing ``.``, ``,``, ``;``, ``!`` (not the ``...`` ending a list);
+    a leading assignment ``x =``, ``f(x) =``, ``(p, q) =``,
     ``x \\in`` (the last right-hand side is kept, an ``\\approx`` tail dropped); thousands separators of a
     plain number ("1,000" -> "1000", not "(1,2)" nor "1, 2"); zero padding ("025" -> "25") and float-typed
     integers ("27.0" -> "27"); a multiple-choice letter in parentheses "(C)" -> "C"; mixed numbers ("1 1/4",
@@ -781,7 +958,9 @@ def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
         s = _strip_explanation(s)
         s = _strip_prose_head(s)
         s = _latex_spacing(s)
+        s = _python_syntax(s)
         s = re.sub(r"\s+", " ", s).strip()
+        s = _fraction_thousands(s)
         s = _strip_trailing_punct(s)
         s = _strip_units(s)
         s = _strip_trailing_punct(s)
@@ -793,6 +972,41 @@ def clean_answer(ans: str, *, strip_assignment: bool = True) -> str:
         if s == previous:
             break
     return s
+
+
+_CHOICE_WITH_TEXT = re.compile(
+    r"\(\s*([A-Z])\s*\)(?:\s*[:.\-\u2013\u2014]?[*_\s]*)(\S.*)"
+    r"|([A-Z])(?:\s*[:)]|\.(?=\s)|\s*[-\u2013\u2014](?=\s))[*_\s]*(\S.*)",
+    re.DOTALL,
+)
+
+
+def choice_letter(ans: str) -> str | None:
+    """The option letter of a multiple-choice answer written with its option's text, else ``None``.
+
+    Args:
+        ans: the cleaned answer (:func:`clean_answer`).
+
+    Returns:
+        The capital letter when ``ans`` is a letter followed by ``:``, ``)``, ``.`` (then a space) or ``-`` (then a
+        space), or a letter in parentheses, and then the option's text: ``"B: 12"``, ``"B) 12"``, ``"(B) 12"``
+        (from ``\\text{(B) } 12``), ``"B. twelve"``, ``"B - 12"`` -> ``"B"``. ``None`` for anything else, a bare
+        ``"B"`` included (it already compares as written), for a number (``"12."`` is no letter) and for text that
+        names another candidate (``"B) 12 or C) 13"``, ``"(C) and (D)"``: a hedge, left to :func:`is_hedged`).
+
+    The verifier reads an answer this way only against a ground truth that is one capital letter.
+    """
+    match = _CHOICE_WITH_TEXT.fullmatch(ans.strip())
+    if match is None:
+        return None
+    letter, text = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+    if _HEDGE_WORD.search(text) or _OTHER_CHOICE.search(text):
+        return None
+    return letter
+
+
+_OTHER_CHOICE = re.compile(r"\(\s*[A-Z]\s*\)|(?<![A-Za-z\\])[A-Z](?:\s*[:)]|\.\s|\s*$)")
+"""Another option letter in an option's text: ``(D)``, ``C)``, ``C:``, ``C. ``, or a lone capital at its end."""
 
 
 # --- hedges ---------------------------------------------------------------------------------------------

@@ -11,12 +11,15 @@ keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but jud
    :func:`~dapo_rl.reward.extract.fallback_final_answer` (the last number or math span of its last sentences, as
    Math-Verify falls back to the last expression);
 2. clean it (:func:`~dapo_rl.reward.extract.clean_answer`), and the ground truth the same way;
+   against a gold that is one option letter, "B) 12" is read as its letter
+   (:func:`~dapo_rl.reward.extract.choice_letter`); an answer written as its gold is right here, before any guard;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
    to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``); where the gold is a plain
    number, refuse an answer that is an unevaluated expression of operations (:func:`is_unevaluated_expression`:
    ``17 \\cdot 23 - 4``, ``\\sum_{k=1}^{100} k``, ``2+3``), which restates the problem instead of solving it
    (``lenient=True`` accepts it when it evaluates to the gold);
-4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compare element by element;
+4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``, also separated by ``;`` or ``:``) compare element
+   by element;
 5. fast path: equal strings, or two plain numbers / integer fractions: exact values and two decimals compare
    exactly, a decimal against an exact value must be that value correctly rounded to 6+ significant digits;
 6. otherwise Math-Verify parses both (``math_verify.parse``); numbers (and tuples and intervals of numbers)
@@ -39,6 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 from dapo_rl.reward.extract import (
+    choice_letter,
     clean_answer,
     extract_final_answer,
     fallback_final_answer,
@@ -574,19 +578,66 @@ def _same_tuple(pred: str, gold: str) -> bool | None:
 
 
 _ELLIPSIS = re.compile(r"\\(?:[lc]?dots[cbi]?|ldotp|cdotp)|\.\.\.|\u2026|\u22ef")
+_TERM_THEN_ELLIPSIS = re.compile(r"(.*[\w})\]])\s*(" + _ELLIPSIS.pattern + r")", re.DOTALL)
+_CHOICE_GOLD = re.compile(r"[A-Z]")
+"""A ground truth that is one option letter: an answer is then read by its letter
+(:func:`~dapo_rl.reward.extract.choice_letter`)."""
+
+
+def _sequence_terms(s: str) -> list[str]:
+    """The terms of a list written with an ellipsis, split at top-level ``,``, ``;`` or ``:`` (``1: 2: 3: \\ldots``),
+    an ellipsis written onto the term before it counting as its own term (``1, 3, 5 \\ldots`` -> ``1``, ``3``,
+    ``5``, ``\\ldots``). Text without an ellipsis is split at ``,`` and ``;`` only (:func:`split_top_level`)."""
+    if not _ELLIPSIS.search(s):
+        return split_top_level(s)
+    parts = split_top_level(s, (",", ";", ":"))
+    if len(parts) < 2:
+        return parts
+    terms: list[str] = []
+    for part in parts:
+        attached = _TERM_THEN_ELLIPSIS.fullmatch(part)
+        if attached and not _ELLIPSIS.fullmatch(part):
+            terms.extend([attached.group(1).strip(), attached.group(2)])
+        else:
+            terms.append(part)
+    return terms
+
+
+def _continues(short: list[str], long: list[str]) -> bool:
+    """Whether the longer head of a list (``1, 2, 3`` in ``1, 2, 3, \\ldots, 10``) continues the pattern of the
+    shorter one (``1, 2`` in ``1, 2, \\ldots, 10``), which must be its prefix (checked by the caller).
+
+    Plain-number terms only (:func:`_as_exact_number`): two terms set an arithmetic progression, three or more an
+    arithmetic or a geometric one, and every further term of the longer head must be its next term (``1, 2,
+    \\ldots, 16`` is not ``1, 2, 4, \\ldots, 16``). With any other term (``x_1, x_2``) the prefix is accepted.
+    """
+    values = [_as_exact_number(t) for t in long]
+    if any(v is None for v in values):
+        return True
+    numbers = [v[0] for v in values]  # type: ignore[index]  # None excluded above
+    k = len(short)
+    step = numbers[1] - numbers[0]
+    if all(numbers[i + 1] - numbers[i] == step for i in range(k - 1)):
+        return all(numbers[i + 1] - numbers[i] == step for i in range(len(numbers) - 1))
+    if k < 3 or numbers[0] == 0:
+        return False
+    ratio = numbers[1] / numbers[0]
+    return all(numbers[i + 1] == numbers[i] * ratio for i in range(len(numbers) - 1))
 
 
 def _same_sequence(pred: str, gold: str, deadline: Deadline) -> bool | None:
     """Lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``) compared element by element, else ``None``.
 
-    Each list is read as head, ellipsis, tail. Equal when both have one ellipsis, the tails (``2n-1``) are equal
-    element by element, and the heads are too, except that a head of two or more terms may be a prefix of the
-    other's where there is a tail: ``1, 2, \\ldots, 10`` is ``1, 2, 3, \\ldots, 10``, but ``2, 4, \\ldots`` is not
-    ``2, 4, 8, \\ldots`` (without a last term two terms do not fix the sequence). Elements compare with
-    :func:`_fast_compare`, then Math-Verify. Math-Verify cannot parse such a list: it drops the dots or reads the
-    list as one product, so ``1, 3, 5, \\ldots, 2n-1`` "equals" ``1, 2, \\ldots, n``.
+    Each list is read as head, ellipsis, tail; terms are separated by commas, semicolons or colons
+    (:func:`_sequence_terms`: ``1; 3; 5; \\ldots`` is ``1, 3, 5, \\ldots``). Equal when both have one ellipsis, the
+    tails (``2n-1``) are equal element by element, and the heads are too, except that a head of two or more terms
+    may be a prefix of the other's where there is a tail and the longer head continues the shorter one's pattern
+    (:func:`_continues`): ``1, 2, \\ldots, 10`` is ``1, 2, 3, \\ldots, 10``, but not ``1, 2, 4, \\ldots, 10``, and
+    ``2, 4, \\ldots`` is not ``2, 4, 8, \\ldots`` (without a last term two terms do not fix the sequence). Elements
+    compare with :func:`_fast_compare`, then Math-Verify. Math-Verify cannot parse such a list: it drops the dots
+    or reads the list as one product, so ``1, 3, 5, \\ldots, 2n-1`` "equals" ``1, 2, \\ldots, n``.
     """
-    pred_parts, gold_parts = split_top_level(pred), split_top_level(gold)
+    pred_parts, gold_parts = _sequence_terms(pred), _sequence_terms(gold)
     pred_dots = [i for i, p in enumerate(pred_parts) if _ELLIPSIS.fullmatch(p)]
     gold_dots = [i for i, g in enumerate(gold_parts) if _ELLIPSIS.fullmatch(g)]
     if not pred_dots and not gold_dots:
@@ -608,8 +659,10 @@ def _same_sequence(pred: str, gold: str, deadline: Deadline) -> bool | None:
     if len(pred_head) != len(gold_head):
         if not pred_tail or min(len(pred_head), len(gold_head)) < 2:
             return False
-        shortest = min(len(pred_head), len(gold_head))
-        pred_head, gold_head = pred_head[:shortest], gold_head[:shortest]
+        shortest, longest = sorted((pred_head, gold_head), key=len)
+        if not _continues(shortest, longest):
+            return False
+        pred_head, gold_head = pred_head[: len(shortest)], gold_head[: len(shortest)]
     return _all_equal(list(zip(pred_head + pred_tail, gold_head + gold_tail)), deadline)
 
 
@@ -660,7 +713,10 @@ def compute_score_math(
     :data:`SHORT_RESPONSE_CHARS` characters, else by its last number or math span of its last sentences,
     :func:`~dapo_rl.reward.extract.fallback_final_answer`;
     the ground truth through :func:`~dapo_rl.reward.extract.gold_final_answer`) -> clean it
-    and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> a hedge ("540 or 541", several
+    and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> against a gold that is one capital
+    letter, an option letter followed by its text ("B) 12", "(B) 12", "B: 12") is read as the letter
+    (:func:`~dapo_rl.reward.extract.choice_letter`) -> an answer equal to the gold as written (whitespace aside)
+    is correct, before any guard (``2^{2^{2^{2}}}`` for itself) -> a hedge ("540 or 541", several
     different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
     make over-long, over-nested or exponent-tower answers wrong without parsing -> against a plain-number gold,
     an unevaluated expression (:func:`is_unevaluated_expression`: ``2+3`` for 5) is wrong unless ``lenient``
@@ -723,6 +779,11 @@ def compute_score_math(
         gold = clean_answer(gold_raw)
         gold_is_equation = has_top_level_equation(gold)
         pred = clean_answer(raw, strip_assignment=not gold_is_equation)
+        if _CHOICE_GOLD.fullmatch(gold):
+            pred = choice_letter(pred) or pred  # "B) 12" for the option letter B
+        # written as the gold: right before any guard ("2^{2^{2^{2}}}" for itself)
+        if _compact(pred) == _compact(gold):
+            return {"score": CORRECT_SCORE, "acc": True, "pred": pred}
         if answer_is_too_complex(pred) is not None:
             return {"score": WRONG_SCORE, "acc": False, "pred": pred[:MAX_ANSWER_CHARS]}
         if is_hedged(pred, gold):
