@@ -100,7 +100,7 @@ def test_generate_chunks_stream_the_same_round_in_order(setup):
 
 
 def test_copies_of_a_prompt_draw_different_samples(setup):
-    """Each request has its own seed (seed + i * n): two copies of one prompt in a round are sampled independently,
+    """Each request has its own seed (seed + i * n, `dapo_rl.rollout.seeds.request_seed`): two copies of one prompt in a round are sampled independently,
     and the round is still reproducible."""
     tok, model, engine, _ = setup
     engine.update_weights(model.state_dict().items())
@@ -111,6 +111,27 @@ def test_copies_of_a_prompt_draw_different_samples(setup):
     assert len({tuple(s) for s in samples}) == 4  # four distinct responses, not two copies of one group
     again = engine.generate([p, p], params)
     assert [o.token_ids for g in again for o in g] == samples
+
+
+def test_consecutive_rounds_draw_from_their_own_seeds(setup):
+    """Issue 29 item 5: vLLM seeds sample j of a request with seed + j, so rounds whose seeds were consecutive
+    integers (the old layout: round r's seed was base + r) repeated each other's samples shifted by one. The seeds of
+    `round_seed` leave every request room for its n samples, so a prompt at the same place in two rounds gets two
+    independent groups."""
+    from dapo_rl.rollout.seeds import round_seed
+
+    tok, model, engine, _ = setup
+    engine.update_weights(model.state_dict().items())
+    p = tok("4 + 4 =\n")["input_ids"]
+
+    def group(seed):
+        return [tuple(o.token_ids) for o in engine.generate([p], SamplingParams(n=4, temperature=1.0, max_tokens=12,
+                                                                                 seed=seed))[0]]
+
+    old_r, old_next = group(1000), group(1001)
+    assert old_next[:3] == old_r[1:]  # the overlap the old layout had: three of four samples repeated
+    new_r, new_next = group(round_seed(0, 5, 0)), group(round_seed(0, 5, 1))
+    assert not set(new_next) & set(new_r), (new_r, new_next)
 
 
 def test_generate_chunks_keep_all_n_samples_of_every_prompt(setup):

@@ -660,7 +660,7 @@ def _eval(args) -> int:
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
             fh.flush()
 
-        for es, ds, done in todo:
+        for part, (es, ds, done) in enumerate(todo):
             if done:
                 print(
                     f"dapo eval: {es.name}: {len(done)} of {len(ds)} problems already in {gen_path}; "
@@ -673,7 +673,14 @@ def _eval(args) -> int:
                 )
             bar = tqdm(total=len(ds), initial=len(done), desc=es.name, disable=None)
             records = evaluate_dataset(
-                engine, ds, params, Scorer(tok, pool), done=done, on_records=append, progress=bar.update
+                engine,
+                ds,
+                params,
+                Scorer(tok, pool),
+                done=done,
+                on_records=append,
+                progress=bar.update,
+                part=part,
             )
             bar.close()
             m = dataset_metrics(records, args.n)

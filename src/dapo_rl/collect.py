@@ -30,6 +30,7 @@ from dapo_rl.distributed import (
 )
 from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams
+from dapo_rl.rollout.seeds import round_seed
 
 FAULT_ENV = "DAPO_RL_FAULT_AT"
 """Fault injection for crash tests: a comma-separated list of `<point>:<step>` or `<point>:<step>@<rank>` (only that
@@ -319,11 +320,6 @@ def sample_and_score(
     return sampled, gen_s
 
 
-def generation_seed(seed: int, step: int, round_: int, rank: int = 0) -> int:
-    """The sampling seed of one generation round on one rank (distinct per step, round and rank)."""
-    return (seed * 1_000_003 + step * 1_009 + round_ + rank * 100_003) % (2**31)
-
-
 @dataclass
 class SamplingState:
     """What dynamic sampling keeps from one step to the next (the zero-waste options of
@@ -561,7 +557,7 @@ def draw_prioritized(
         rank += (agreed & (wasted > 0)).double()
     if drawn:
         rank[torch.tensor(sorted(drawn))] += 2.0  # after every prompt not yet drawn this step
-    noise = torch.rand(size, generator=torch.Generator().manual_seed(generation_seed(seed, step, round_)))
+    noise = torch.rand(size, generator=torch.Generator().manual_seed(round_seed(seed, step, round_)))
     order = torch.argsort(rank + noise.double() * 1e-9)[:k].tolist()  # the noise only breaks ties
     return order, [float(pred[i]) for i in order]
 
@@ -715,7 +711,7 @@ def collect_batch(
             top_p=r.top_p,
             top_k=r.top_k,
             max_tokens=cfg.data.max_response_length,
-            seed=generation_seed(cfg.trainer.seed, step, rounds, ctx.rank),
+            seed=round_seed(cfg.trainer.seed, step, rounds, ctx.rank),
         )
         sampled, seconds = sample_and_score(
             engine,

@@ -24,6 +24,7 @@ import numpy as np
 from dapo_rl.collect import Rollout, Scorer, sample_groups
 from dapo_rl.data.dataset import DataError, Sample, _read_rows, load_samples
 from dapo_rl.data.templates import apply_prompt_template
+from dapo_rl.rollout.seeds import Stream, round_seed
 
 """The `boxed` template (Qwen2.5-Math's CoT instruction), appended to a bare problem."""
 
@@ -248,20 +249,25 @@ def evaluate_dataset(
     on_records=None,
     chunk_problems: int = 64,
     progress=None,
+    part: int = 0,
+    rank: int = 0,
 ) -> list[Rollout]:
     """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the rollouts.
 
     Args:
         engine: a rollout engine (`generate(prompt_ids, params)`).
         ds: `dapo_rl.data.PromptDataset` (samples and prompt token ids).
-        params: `SamplingParams`; `params.seed` (if set) is offset by the chunk index, so a resumed run samples the
-            remaining problems as an uninterrupted one would.
+        params: `SamplingParams`; `params.seed` (if set) is the evaluation's seed: chunk c samples with
+            `round_seed(params.seed, part, c, rank, Stream.EVAL)` (`dapo_rl.rollout.seeds`), so a resumed run samples
+            the remaining problems as an uninterrupted one would and no two requests share a seed.
         scorer: `dapo_rl.collect.Scorer` (verifier only: evaluation shapes nothing).
         done: rollouts already written, by problem index (resume): those problems are not generated again.
         only: evaluate just these problem indices (a rank's share); None: all.
         on_records: called with each chunk's new rollouts (the CLI appends them to generations.jsonl).
         chunk_problems: problems generated together.
         progress: optional callable(number of problems finished in this chunk).
+        part: which dataset of the evaluation this is (each gets its own seeds).
+        rank: this process's rank (each samples its share with its own seeds).
 
     Returns:
         The rollouts of the problems evaluated (with `done`'s), ordered by problem then sample.
@@ -276,7 +282,7 @@ def evaluate_dataset(
         idx = [i for i in todo if start <= i < start + chunk_problems]
         if not idx and not getattr(engine, "collective", False):
             continue  # an engine shared by a tensor-parallel group samples only when all its ranks call it
-        p = replace(params, seed=None if params.seed is None else params.seed + c)
+        p = replace(params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL))
         groups = sample_groups(engine, ds, idx, p)
         new = [r for g in groups for r in g]
         scorer(new)

@@ -50,6 +50,7 @@ from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, bar
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
+from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.tracking import Tracking, check_trackers
 
 __all__ = [
@@ -460,14 +461,21 @@ class Trainer:
             top_p=vk.top_p,
             top_k=vk.top_k,
             max_tokens=self.cfg.data.max_response_length,
-            seed=self.cfg.trainer.seed + 7919 + self.ctx.rank,
+            seed=self.cfg.trainer.seed,  # evaluate_dataset: round_seed(seed, dataset, chunk, rank, Stream.EVAL)
         )
         verify = Scorer(self.tokenizer, self.pool)
         out = {}
-        for ds in self.val_data:
+        for part, ds in enumerate(self.val_data):
             mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
             local = evaluate_dataset(
-                self.engine, ds, params, verify, only=mine, chunk_problems=max(len(ds), 1)
+                self.engine,
+                ds,
+                params,
+                verify,
+                only=mine,
+                chunk_problems=max(len(ds), 1),
+                part=part,
+                rank=self.ctx.rank,
             )
             records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
             m = dataset_metrics(records, vk.n)
@@ -546,7 +554,7 @@ class Trainer:
                 n=1,
                 temperature=self.cfg.rollout.temperature,
                 max_tokens=max_tokens,
-                seed=self.cfg.trainer.seed + 104729,
+                seed=round_seed(self.cfg.trainer.seed, 0, 0, 0, Stream.PROBE),  # the same on every rank
             )
             out = self.engine.generate([prompt], params)[0][0]
             # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare

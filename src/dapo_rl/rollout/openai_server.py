@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dapo_rl.config import ConfigError
 from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 
 class OpenAIChatEngine:
@@ -81,8 +82,9 @@ class OpenAIChatEngine:
     ) -> list[list[GenerationOutput]]:
         """Sample `params.n` responses to each conversation (one request each, `concurrency` at a time).
 
-        Request i carries seed `params.seed + i` (None: unseeded), so a rerun with the same seeds asks for the same
-        samples (servers such as vLLM honour per-request seeds). Each output's `token_ids` is empty; `text` is the
+        Request i carries seed `params.seed + i * n` (`dapo_rl.rollout.seeds.request_seed`; None: unseeded), so a rerun
+        with the same seeds asks for the same samples (servers such as vLLM honour per-request seeds and seed sample j
+        with `seed + j`: no two samples share a seed). Each output's `token_ids` is empty; `text` is the
         response, `num_tokens` its length in the server's tokens (the returned log-probs; without them, the usage
         count of a one-sample request), `finish_reason` `length` when the server cut it at `max_tokens`.
 
@@ -106,7 +108,7 @@ class OpenAIChatEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 max_tokens=params.max_tokens,
-                seed=None if params.seed is None else params.seed + i,
+                seed=request_seed(params.seed, i, params.n),
                 logprobs=True,
                 extra_body=extra,
             )

@@ -22,6 +22,7 @@ from dataclasses import replace
 import torch
 
 from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 
 def _model_runner(llm):
@@ -276,7 +277,7 @@ class VLLMRolloutEngine:
             top_k=params.top_k if params.top_k > 0 and not greedy else 0,
             max_tokens=params.max_tokens,
             logprobs=0,
-            seed=None if params.seed is None else params.seed + index * max(params.n, 1),
+            seed=request_seed(params.seed, index, params.n),
             # One output per request, with all n samples. `LLM.generate` forces FINAL_ONLY itself; requests added
             # to the engine directly (`generate_chunks`) keep vLLM's default, CUMULATIVE, under which a finished
             # n > 1 request carries only its last child (`ParentRequest.get_outputs`): groups of one.
