@@ -99,6 +99,7 @@ def test_thousands_separators_stay_right_and_list_golds_stay_with_reasoning_gym(
         ("Answer: \\frac{1}{2} + \\frac{1}{3}", "\\frac{5}{6}"),
         ("Answer: 6 \\times 7", "42"),
         ("Answer: \\log_2 8", "3"),
+        ("Answer: 17 = 12 + 5", "17"),  # the value it ends on is the expression
     ],
 )
 def test_unevaluated_expressions_are_no_final_answer_for_a_numeric_gold(response, gold):
@@ -125,6 +126,11 @@ def test_unevaluated_expressions_are_no_final_answer_for_a_numeric_gold(response
         ("Answer: 2\\sqrt{3}", "\\sqrt{12}"),  # the gold is no plain number: equivalence as before
         ("Answer: 2^{100}", "2^{100}"),
         ("\\boxed{100 / 4}", "25"),  # an integer fraction is a number, reduced or not
+        ("Answer: 12 + 5 = 17", "17"),  # a worked answer states its value after its last "="
+        ("Answer: 3 \\times 4 = 12 apples", "12"),
+        ("\\boxed{2^{10} = 1024}", "1024"),
+        ("Answer: \\frac{\\pi}{2}", "1.5707963267948966"),  # a decimal gold: an exact closed form is an answer
+        ("Answer: 2\\sqrt{3}", "3.464102"),
         ("Answer: \\frac{6}{8}", "0.75"),
     ],
 )

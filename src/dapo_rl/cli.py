@@ -660,7 +660,7 @@ def _eval(args) -> int:
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
             fh.flush()
 
-        for part, (es, ds, done) in enumerate(todo):
+        for es, ds, done in todo:
             if done:
                 print(
                     f"dapo eval: {es.name}: {len(done)} of {len(ds)} problems already in {gen_path}; "
@@ -680,7 +680,6 @@ def _eval(args) -> int:
                 done=done,
                 on_records=append,
                 progress=bar.update,
-                part=part,
             )
             bar.close()
             m = dataset_metrics(records, args.n)

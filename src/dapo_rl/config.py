@@ -331,7 +331,7 @@ class RewardConfig:
     +0.33 for a gold 16 and are pushed up against other wrong answers. Other verifiers are binary either way."""
     lenient: bool = False
     """The `math` verifier as evaluation harnesses run it: a response without an "Answer:" line or a box is read by
-    its last number, and an unevaluated expression equal to a plain-number gold (`Answer: 17 \\cdot 23 - 4` for
+    its last number, and an unevaluated expression equal to a rational gold (`Answer: 17 \\cdot 23 - 4` for
     387, `\\sum_{k=1}^{100} k` for 5050) is right. Off by default and in training: a policy learns to stop before
     its answer line or to restate the problem. For scoring other models' outputs (`dapo eval --lenient`)."""
     num_workers: int = 1

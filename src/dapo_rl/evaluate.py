@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ def pool_equivalent_answers(groups: Sequence[Sequence[Rollout]], pool) -> None:
 
     Within each problem the distinct answers are clustered greedily in order of first appearance: an answer joins
     the first cluster whose representative (its first answer) the verifier accepts it against, scored as the
-    response `Answer: <answer>` with the representative as the ground truth, through the reward pool, so every
+    response `Answer: <answer>` with the representative as the ground truth, through the reward pool with
+    `lenient=True` (equivalence alone: ``2^{10}`` joins ``1024`` as ``1024`` joins ``2^{10}``), so every
     comparison is bounded by `reward.timeout_s` (a timeout or error keeps the answers apart). Identical strings
     pool without a call; empty and `[INVALID]` answers do not vote. One pool call per round of comparisons,
     across all problems.
@@ -89,7 +91,7 @@ def pool_equivalent_answers(groups: Sequence[Sequence[Rollout]], pool) -> None:
                 for rep in reps:
                     items.append((source, f"Answer: {distinct[step]}", rep, None))
                     owners.append((gi, rep))
-        results = pool.score(items) if items else []
+        results = pool.score(items, lenient=True) if items else []
         matched: dict[int, str] = {}
         for (gi, rep), res in zip(owners, results):
             if res["acc"] and gi not in matched:  # the first representative that accepts it
@@ -249,7 +251,6 @@ def evaluate_dataset(
     on_records=None,
     chunk_problems: int = 64,
     progress=None,
-    part: int = 0,
     rank: int = 0,
 ) -> list[Rollout]:
     """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the rollouts.
@@ -257,16 +258,18 @@ def evaluate_dataset(
     Args:
         engine: a rollout engine (`generate(prompt_ids, params)`).
         ds: `dapo_rl.data.PromptDataset` (samples and prompt token ids).
-        params: `SamplingParams`; `params.seed` (if set) is the evaluation's seed: chunk c samples with
-            `round_seed(params.seed, part, c, rank, Stream.EVAL)` (`dapo_rl.rollout.seeds`), so a resumed run samples
-            the remaining problems as an uninterrupted one would and no two requests share a seed.
+        params: `SamplingParams`; `params.seed` (if set) is the evaluation's seed: chunk c of the dataset named
+            `ds.name` samples with `round_seed(params.seed, crc32(ds.name), c, rank, Stream.EVAL)`
+            (`dapo_rl.rollout.seeds`), so no two requests share a seed and a dataset's seeds do not depend on the
+            other datasets evaluated with it. A resumed run samples every chunk it had not started as an
+            uninterrupted run would; a chunk it had half done samples its remaining problems with other request
+            indices (request i is the i-th problem still to do).
         scorer: `dapo_rl.collect.Scorer` (verifier only: evaluation shapes nothing).
         done: rollouts already written, by problem index (resume): those problems are not generated again.
         only: evaluate just these problem indices (a rank's share); None: all.
         on_records: called with each chunk's new rollouts (the CLI appends them to generations.jsonl).
         chunk_problems: problems generated together.
         progress: optional callable(number of problems finished in this chunk).
-        part: which dataset of the evaluation this is (each gets its own seeds).
         rank: this process's rank (each samples its share with its own seeds).
 
     Returns:
@@ -275,6 +278,7 @@ def evaluate_dataset(
     from dataclasses import replace
 
     done = done or {}
+    part = zlib.crc32(str(getattr(ds, "name", "")).encode())
     wanted = set(range(len(ds))) if only is None else set(only)
     records: list[Rollout] = []
     todo = [i for i in range(len(ds)) if i not in done and i in wanted]

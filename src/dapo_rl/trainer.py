@@ -465,7 +465,7 @@ class Trainer:
         )
         verify = Scorer(self.tokenizer, self.pool)
         out = {}
-        for part, ds in enumerate(self.val_data):
+        for ds in self.val_data:
             mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
             local = evaluate_dataset(
                 self.engine,
@@ -474,7 +474,6 @@ class Trainer:
                 verify,
                 only=mine,
                 chunk_problems=max(len(ds), 1),
-                part=part,
                 rank=self.ctx.rank,
             )
             records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]

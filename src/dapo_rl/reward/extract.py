@@ -793,6 +793,12 @@ def _top_level_relations(s: str) -> list[tuple[int, int, str]]:
     return found
 
 
+def last_right_hand_side(s: str) -> str:
+    """What follows the last top-level ``=`` of ``s`` (``"12 + 5 = 17"`` -> ``"17"``), or ``s`` without one."""
+    equals = [end for _start, end, kind in _top_level_relations(s) if kind == "="]
+    return s[equals[-1] :].strip() if equals else s
+
+
 def has_top_level_equation(s: str) -> bool:
     """Whether ``s`` has an ``=`` or ``\\in`` outside brackets (``"2x+4y-3=0"``; not ``"\\sum_{k=0}^n k"``)."""
     return any(kind != "approx" for _s, _e, kind in _top_level_relations(s))

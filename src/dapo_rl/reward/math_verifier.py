@@ -14,10 +14,11 @@ keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but jud
    against a gold that is one option letter, "B) 12" is read as its letter
    (:func:`~dapo_rl.reward.extract.choice_letter`); an answer written as its gold is right here, before any guard;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
-   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``); where the gold is a plain
-   number, refuse an answer that is an unevaluated expression of operations (:func:`is_unevaluated_expression`:
-   ``17 \\cdot 23 - 4``, ``\\sum_{k=1}^{100} k``, ``2+3``), which restates the problem instead of solving it
-   (``lenient=True`` accepts it when it evaluates to the gold);
+   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``); where the gold is an exact
+   rational number (not a decimal), refuse an answer whose value (after its last ``=``) is an unevaluated expression
+   of operations (:func:`is_unevaluated_expression`: ``17 \\cdot 23 - 4``, ``\\sum_{k=1}^{100} k``, ``2+3``,
+   ``2^{10}``, ``\\sqrt{16}``), which restates the problem instead of solving it (``12 + 5 = 17`` states its value;
+   ``lenient=True`` accepts an expression when it evaluates to the gold);
 4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``, also separated by ``;`` or ``:``) compare element
    by element;
 5. fast path: equal strings, or two plain numbers / integer fractions: exact values and two decimals compare
@@ -49,6 +50,7 @@ from dapo_rl.reward.extract import (
     gold_final_answer,
     has_top_level_equation,
     is_hedged,
+    last_right_hand_side,
     looks_like_prose,
     split_top_level,
 )
@@ -261,7 +263,7 @@ def is_unevaluated_expression(answer: str) -> bool:
         ``2^{100}``), a factorial, or a command such as ``\\sum``, ``\\int``, ``\\sqrt``, ``\\mod``,
         ``\\binom``, ``\\log`` or a ``\\frac`` that is not an integer fraction.
 
-    Used where the gold is a plain number: a policy trained on such a reward learns to restate the problem's
+    Used where the gold is an exact rational number, on what follows the answer's last ``=``: a policy trained on such a reward learns to restate the problem's
     expression (review of 2026-12, ../shared/reviews/correctness.md finding 3), which DAPO's own scorer refuses.
     """
     s = _SIZING.sub("", answer).strip()
@@ -271,6 +273,14 @@ def is_unevaluated_expression(answer: str) -> bool:
         return False
     s = _UNSIGNED_INT_FRACTION.sub("1", s)  # integer fractions are numbers: "\\frac{1}{2} + \\frac{1}{3}" is a sum
     return bool(_OPERATION_COMMAND.search(s) or _OPERATOR_AFTER_OPERAND.search(s))
+
+
+def _is_rational(gold: str) -> bool:
+    """Whether a cleaned gold is an exact rational number (``387``, ``-\\frac{3}{4}``, ``10^{6}``), not a decimal: the
+    golds against which an unevaluated expression is no final answer (a rational can always be written out; a
+    decimal gold may stand for an irrational value whose closed form, ``\\frac{\\pi}{2}``, is a fair answer)."""
+    number = _as_exact_number(gold)
+    return number is not None and number[1] is None
 
 
 def _as_exact_number(s: str) -> tuple[Fraction, int | None] | None:
@@ -718,7 +728,7 @@ def compute_score_math(
     (:func:`~dapo_rl.reward.extract.choice_letter`) -> an answer equal to the gold as written (whitespace aside)
     is correct, before any guard (``2^{2^{2^{2}}}`` for itself) -> a hedge ("540 or 541", several
     different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
-    make over-long, over-nested or exponent-tower answers wrong without parsing -> against a plain-number gold,
+    make over-long, over-nested or exponent-tower answers wrong without parsing -> against a rational gold,
     an unevaluated expression (:func:`is_unevaluated_expression`: ``2+3`` for 5) is wrong unless ``lenient``
     -> lists with an ellipsis
     compare element by element -> equal strings or equal plain numbers are correct (a decimal against an exact
@@ -743,7 +753,7 @@ def compute_score_math(
             ``"025"``, or a solution holding ``\\boxed{}``), an ``int`` or a ``float`` (``27.0`` reads as 27).
         timeout_s: seconds the call may take (default 5).
         lenient: accept what evaluation harnesses accept and training should not reward: a response without
-            "Answer:" or a box, read by its last number; an unevaluated expression equal to a plain-number gold
+            "Answer:" or a box, read by its last number; an unevaluated expression equal to a rational gold
             (``Answer: 17 \\cdot 23 - 4`` for 387). For scoring other models' outputs; default False, as in
             training (`reward.lenient`).
 
@@ -789,7 +799,9 @@ def compute_score_math(
         if is_hedged(pred, gold):
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         pred = _dedupe_list(pred)
-        if not lenient and is_unevaluated_expression(pred) and _as_exact_number(gold) is not None:
+        if not lenient and _is_rational(gold) and is_unevaluated_expression(
+            pred if gold_is_equation else last_right_hand_side(pred)
+        ):  # "12 + 5 = 17" states its value; "12 + 5" does not
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         correct = _same_sequence(pred, gold, deadline)
         if correct is None:

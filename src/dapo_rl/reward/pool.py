@@ -31,7 +31,7 @@ ScoreItem = tuple[str, str, Any, Mapping[str, Any] | None]
 """`(data_source, solution_str, ground_truth, extra_info)`: one response to score."""
 
 
-def _worker(conn: Connection, verifier: str, timeout_s: float, options: dict[str, bool]) -> None:
+def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
     from dapo_rl.reward.score import compute_score
 
     while True:
@@ -41,15 +41,15 @@ def _worker(conn: Connection, verifier: str, timeout_s: float, options: dict[str
             return
         if msg is None:
             return
-        idx, (source, text, gt, extra) = msg
+        idx, (source, text, gt, extra), options = msg
         res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
         conn.send((idx, dict(res)))
 
 
 class _Worker:
-    def __init__(self, ctx, verifier: str, timeout_s: float, options: dict[str, bool]):
+    def __init__(self, ctx, verifier: str, timeout_s: float):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s, options), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s), daemon=True)
         self.proc.start()
         child.close()
         self.job: int | None = None
@@ -98,7 +98,7 @@ class RewardPool:
         if num_workers > 0:
             self._ctx = mp.get_context("forkserver")
             self._ctx.set_forkserver_preload(PRELOAD)
-            self._workers = [_Worker(self._ctx, verifier, timeout_s, self.options) for _ in range(num_workers)]
+            self._workers = [_Worker(self._ctx, verifier, timeout_s) for _ in range(num_workers)]
 
     def __enter__(self) -> RewardPool:
         return self
@@ -119,18 +119,24 @@ class RewardPool:
                 w.kill()
         self._workers = []
 
-    def score(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+    def score(self, items: Sequence[ScoreItem], *, lenient: bool | None = None) -> list[ScoreResult]:
         """Score every item; results come back in order. Never raises on model output.
+
+        Args:
+            items: `(data_source, solution_str, ground_truth, extra_info)` tuples.
+            lenient: this call's `lenient` instead of the pool's (maj@k pools answers by equivalence alone, so
+                ``2^{10}`` and ``1024`` vote together whichever comes first).
 
         Returns:
             One `ScoreResult` per item; an answer not settled in time gets `timeout_result` (score -1, acc False,
             `error` and `timeout: True`); a verifier error gets `error`.
         """
+        options = self.options if lenient is None else {**self.options, "lenient": lenient}
         if self.num_workers == 0:
             from dapo_rl.reward.score import compute_score
 
             return [
-                compute_score(s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s, **self.options)
+                compute_score(s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s, **options)
                 for s, t, g, e in items
             ]
         results: list[ScoreResult | None] = [None] * len(items)
@@ -140,7 +146,7 @@ class RewardPool:
                 if w.job is None and pending:
                     idx = pending.popleft()
                     w.job, w.started = idx, time.monotonic()
-                    w.conn.send((idx, items[idx]))
+                    w.conn.send((idx, items[idx], options))
             busy = [w for w in self._workers if w.job is not None]
             now = time.monotonic()
             next_deadline = min(w.started + self.timeout_s for w in busy)
@@ -165,7 +171,7 @@ class RewardPool:
     def _replace(self, w: _Worker) -> None:
         w.kill()
         i = self._workers.index(w)
-        self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s, self.options)
+        self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s)
 
 
 def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:

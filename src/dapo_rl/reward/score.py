@@ -4,7 +4,7 @@
 
 | name | verifier |
 |---|---|
-| `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify (an unevaluated expression against a plain-number gold is wrong unless `lenient`) |
+| `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify (an unevaluated expression against a rational gold is wrong unless `lenient`) |
 | `math_dapo` | DAPO's published "Answer:" scorer, bit-compatible, quirks included (reproduces the paper's numbers) |
 | `reasoning_gym` | the task's own `score_answer` (+1 when fully right, else -1; its partial credit with `partial_credit`); the task is `reasoning_gym/<task>` in the name or the row's data source |
 | `module:function` | a user function with verl's signature `(data_source, solution_str, ground_truth, extra_info)`, imported only when the config names it |
@@ -145,7 +145,7 @@ def compute_score(
         partial_credit: reasoning-gym rows score ``2s - 1`` for reasoning-gym's score ``s`` in [0, 1] instead of
             DAPO's ±1 (`reward.partial_credit`; wrong answers can then score above -1). Other verifiers ignore it.
         lenient: the `math` verifier also reads a response without "Answer:" or a box by its last number, and
-            accepts an unevaluated expression equal to a plain-number gold (`reward.lenient`; for scoring other
+            accepts an unevaluated expression equal to a rational gold (`reward.lenient`; for scoring other
             models as evaluation harnesses do, not for training). Other verifiers ignore it.
 
     Returns:
