@@ -24,14 +24,13 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
-from dapo_rl.reward.extract import extract_final_answer
+from dapo_rl.reward.extract import _THOUSANDS, extract_final_answer
 from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
 
 ACC_TOLERANCE = 1e-9
 """A reasoning-gym score ``s`` counts as correct (``acc``) when ``s >= 1 - ACC_TOLERANCE``."""
 
 _COMMA_DIGITS = re.compile(r"[+-]?\d+(?:,\d+)+(?:\.\d+)?")
-_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
 
 
 def misplaced_commas(answer: str, ground_truth: Any) -> bool:
