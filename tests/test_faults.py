@@ -151,7 +151,10 @@ def test_maj_at_k_pools_by_equivalence_whichever_form_comes_first():
     """Training refuses `2^{10}` for a gold 1024 (an unevaluated power), but a vote is about equivalence: the two
     forms pool in either order (with the training verdict `1024` would not join a cluster led by `2^{10}`'s
     reverse)."""
-    for forms in ([r"\boxed{1024}", r"\boxed{2^{10}}", r"\boxed{7}"], [r"\boxed{2^{10}}", r"\boxed{1024}", r"\boxed{7}"]):
+    for forms in (
+        [r"\boxed{1024}", r"\boxed{2^{10}}", r"\boxed{7}"],
+        [r"\boxed{2^{10}}", r"\boxed{1024}", r"\boxed{7}"],
+    ):
         g = _problem(0, forms, "1024")
         _maj([g], 3)
         assert g[0].vote == g[1].vote != g[2].vote, [r.vote for r in g]

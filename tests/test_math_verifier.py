@@ -223,7 +223,11 @@ def test_long_response_without_marker_falls_back_to_its_last_sentence(ending, gr
     result = compute_score_math(LONG + ending, ground_truth, lenient=True)
     assert result == {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
     # training never reads a response without its answer line: the truncation hack of the review (finding 3)
-    assert compute_score_math(LONG + ending, ground_truth) == {"score": -1.0, "acc": False, "pred": INVALID_PRED}
+    assert compute_score_math(LONG + ending, ground_truth) == {
+        "score": -1.0,
+        "acc": False,
+        "pred": INVALID_PRED,
+    }
 
 
 def test_long_response_without_any_number_at_its_end_is_invalid():

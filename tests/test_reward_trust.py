@@ -44,7 +44,9 @@ def test_reasoning_gym_reward_is_binary_unless_partial_credit_is_asked_for(respo
     assert res["score"] == pytest.approx(partial) and res["acc"] is (binary == 1.0)
     # the verl-style entry point and the pool carry the option
     assert compute_score("reasoning_gym/chain_sum", response, "16", CHAIN_SUM_INFO)["score"] == binary
-    got = compute_score("reasoning_gym/chain_sum", response, "16", CHAIN_SUM_INFO, partial_credit=True)["score"]
+    got = compute_score("reasoning_gym/chain_sum", response, "16", CHAIN_SUM_INFO, partial_credit=True)[
+        "score"
+    ]
     assert got == pytest.approx(partial)
 
 
@@ -129,7 +131,10 @@ def test_unevaluated_expressions_are_no_final_answer_for_a_numeric_gold(response
         ("Answer: 12 + 5 = 17", "17"),  # a worked answer states its value after its last "="
         ("Answer: 3 \\times 4 = 12 apples", "12"),
         ("\\boxed{2^{10} = 1024}", "1024"),
-        ("Answer: \\frac{\\pi}{2}", "1.5707963267948966"),  # a decimal gold: an exact closed form is an answer
+        (
+            "Answer: \\frac{\\pi}{2}",
+            "1.5707963267948966",
+        ),  # a decimal gold: an exact closed form is an answer
         ("Answer: 2\\sqrt{3}", "3.464102"),
         ("Answer: \\frac{6}{8}", "0.75"),
     ],
@@ -177,8 +182,12 @@ def test_dapo_score_scores_as_training_does_and_lenient_is_a_flag(tmp_path, caps
     rows = [
         {"response": "Answer: 17 \\cdot 23 - 4", "ground_truth": "387"},
         {"response": "so 40 + 2 = 42", "ground_truth": "42"},
-        {"response": "Answer: -16", "ground_truth": "16", "data_source": "reasoning_gym/chain_sum",
-         "extra_info": CHAIN_SUM_INFO},
+        {
+            "response": "Answer: -16",
+            "ground_truth": "16",
+            "data_source": "reasoning_gym/chain_sum",
+            "extra_info": CHAIN_SUM_INFO,
+        },
     ]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -217,4 +226,6 @@ def test_an_in_process_call_ends_within_its_budget():
     res = compute_score_math(pred, gold, timeout_s=budget)
     elapsed = time.perf_counter() - start
     assert res["timeout"] is True and (res["score"], res["acc"]) == (-1.0, False)
-    assert elapsed < budget + 1.0  # Math-Verify's alarms are whole seconds: the last call may overrun by < 1 s
+    assert (
+        elapsed < budget + 1.0
+    )  # Math-Verify's alarms are whole seconds: the last call may overrun by < 1 s

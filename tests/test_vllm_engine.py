@@ -125,8 +125,10 @@ def test_consecutive_rounds_draw_from_their_own_seeds(setup):
     p = tok("4 + 4 =\n")["input_ids"]
 
     def group(seed):
-        return [tuple(o.token_ids) for o in engine.generate([p], SamplingParams(n=4, temperature=1.0, max_tokens=12,
-                                                                                 seed=seed))[0]]
+        return [
+            tuple(o.token_ids)
+            for o in engine.generate([p], SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=seed))[0]
+        ]
 
     old_r, old_next = group(1000), group(1001)
     assert old_next[:3] == old_r[1:]  # the overlap the old layout had: three of four samples repeated

@@ -589,8 +589,17 @@ def _eval(args) -> int:
     settings = {
         k: getattr(args, k)
         for k in (
-            "model", "n", "temperature", "top_p", "top_k", "max_tokens", "template", "verifier", "seed",
-            "lenient", "partial_credit",
+            "model",
+            "n",
+            "temperature",
+            "top_p",
+            "top_k",
+            "max_tokens",
+            "template",
+            "verifier",
+            "seed",
+            "lenient",
+            "partial_credit",
         )
     }
     cfg_path = out / "eval_config.json"

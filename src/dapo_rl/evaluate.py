@@ -286,7 +286,9 @@ def evaluate_dataset(
         idx = [i for i in todo if start <= i < start + chunk_problems]
         if not idx and not getattr(engine, "collective", False):
             continue  # an engine shared by a tensor-parallel group samples only when all its ranks call it
-        p = replace(params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL))
+        p = replace(
+            params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL)
+        )
         groups = sample_groups(engine, ds, idx, p)
         new = [r for g in groups for r in g]
         scorer(new)

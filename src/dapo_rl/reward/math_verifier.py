@@ -100,13 +100,60 @@ EXACT_DIGITS = 60
 but the last 10 of them: ``1/2^98`` != ``1/2^99`` (Math-Verify's ``evalf(chop=True)`` calls their difference 0)."""
 
 _OPERATION_COMMANDS = (
-    "cdot", "times", "div", "ast", "frac", "dfrac", "tfrac", "cfrac", "sqrt", "sum", "prod", "int", "iint", "iiint",
-    "oint", "lim", "log", "ln", "lg", "exp", "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan",
-    "sinh", "cosh", "tanh", "binom", "dbinom", "tbinom", "choose", "mod", "bmod", "pmod", "max", "min", "gcd", "lcm",
-    "operatorname", "lfloor", "lceil", "floor", "ceil", "over",
+    "cdot",
+    "times",
+    "div",
+    "ast",
+    "frac",
+    "dfrac",
+    "tfrac",
+    "cfrac",
+    "sqrt",
+    "sum",
+    "prod",
+    "int",
+    "iint",
+    "iiint",
+    "oint",
+    "lim",
+    "log",
+    "ln",
+    "lg",
+    "exp",
+    "sin",
+    "cos",
+    "tan",
+    "cot",
+    "sec",
+    "csc",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "binom",
+    "dbinom",
+    "tbinom",
+    "choose",
+    "mod",
+    "bmod",
+    "pmod",
+    "max",
+    "min",
+    "gcd",
+    "lcm",
+    "operatorname",
+    "lfloor",
+    "lceil",
+    "floor",
+    "ceil",
+    "over",
 )
 _OPERATION_COMMAND = re.compile(r"\\(?:" + "|".join(_OPERATION_COMMANDS) + r")(?![A-Za-z])")
-_OPERATOR_AFTER_OPERAND = re.compile(r"(?<=[\w})\]!.])\s*[-+*/^\u00d7\u00f7\u2212]|[!\u221a\u2211\u220f\u222b]")
+_OPERATOR_AFTER_OPERAND = re.compile(
+    r"(?<=[\w})\]!.])\s*[-+*/^\u00d7\u00f7\u2212]|[!\u221a\u2211\u220f\u222b]"
+)
 """A binary operator after an operand (``2+3``, ``2^{100}``, ``6/2``), a factorial, or a radical, sum, product or
 integral sign: a leading sign (``-5``) is not an operation."""
 
@@ -271,7 +318,9 @@ def is_unevaluated_expression(answer: str) -> bool:
         s = s[1:-1].strip()
     if _as_exact_number(s) is not None:
         return False
-    s = _UNSIGNED_INT_FRACTION.sub("1", s)  # integer fractions are numbers: "\\frac{1}{2} + \\frac{1}{3}" is a sum
+    s = _UNSIGNED_INT_FRACTION.sub(
+        "1", s
+    )  # integer fractions are numbers: "\\frac{1}{2} + \\frac{1}{3}" is a sum
     return bool(_OPERATION_COMMAND.search(s) or _OPERATOR_AFTER_OPERAND.search(s))
 
 
@@ -405,7 +454,9 @@ class Deadline:
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
         self.active = (
-            threading.current_thread() is threading.main_thread() and math.isfinite(timeout_s) and timeout_s > 0
+            threading.current_thread() is threading.main_thread()
+            and math.isfinite(timeout_s)
+            and timeout_s > 0
         )
         self.end = time.monotonic() + timeout_s if self.active else math.inf
 
@@ -799,8 +850,10 @@ def compute_score_math(
         if is_hedged(pred, gold):
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         pred = _dedupe_list(pred)
-        if not lenient and _is_rational(gold) and is_unevaluated_expression(
-            pred if gold_is_equation else last_right_hand_side(pred)
+        if (
+            not lenient
+            and _is_rational(gold)
+            and is_unevaluated_expression(pred if gold_is_equation else last_right_hand_side(pred))
         ):  # "12 + 5 = 17" states its value; "12 + 5" does not
             return {"score": WRONG_SCORE, "acc": False, "pred": pred}
         correct = _same_sequence(pred, gold, deadline)
@@ -815,7 +868,10 @@ def compute_score_math(
                 deadline,
                 _lone_decimal(pred, gold),
             )
-    except (TimeoutError, TimeoutException):  # the budget is spent (Deadline) or a time-out escaped Math-Verify
+    except (
+        TimeoutError,
+        TimeoutException,
+    ):  # the budget is spent (Deadline) or a time-out escaped Math-Verify
         return timeout_result(timeout_s)
     except Exception as exc:  # a verifier must never raise on model output
         return error_result(exc)

@@ -34,7 +34,13 @@ Verifier = Callable[..., ScoreResult]
 
 
 def _math(
-    solution_str: str, ground_truth: Any, extra_info=None, *, timeout_s: float = 5.0, lenient: bool = False, **_
+    solution_str: str,
+    ground_truth: Any,
+    extra_info=None,
+    *,
+    timeout_s: float = 5.0,
+    lenient: bool = False,
+    **_,
 ) -> ScoreResult:
     from dapo_rl.reward.math_verifier import compute_score_math
 
@@ -59,7 +65,9 @@ def _reasoning_gym(
         task = meta.get("source_dataset") if isinstance(meta, Mapping) else None
         if not task:
             return error_result(ValueError("reasoning_gym verifier: no task (name it reasoning_gym/<task>)"))
-    return compute_score_reasoning_gym(task, solution_str, ground_truth, extra_info, partial_credit=partial_credit)
+    return compute_score_reasoning_gym(
+        task, solution_str, ground_truth, extra_info, partial_credit=partial_credit
+    )
 
 
 @cache
