@@ -51,6 +51,7 @@ from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matm
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
 from dapo_rl.rollout.seeds import Stream, round_seed
+from dapo_rl.summary import closing_summary
 from dapo_rl.tracking import Tracking, check_trackers
 
 __all__ = [
@@ -106,6 +107,8 @@ class Trainer:
         self.out = Path(cfg.trainer.output_dir)
         self.metrics_path = self.out / "metrics.jsonl"
         self.step = 0
+        self.warmup_seconds = 0.0
+        """Seconds this process spent building the embedded base model (0 when it was cached or not used)."""
         self.bad_streak = 0
         self.gen_samples_total = 0
         self.sampling_state = SamplingState()
@@ -301,7 +304,9 @@ class Trainer:
             return resolve_model_alias(path, self.log)
 
         if self.ctx.local_rank == 0:
+            t0 = time.perf_counter()
             local = build()
+            self.warmup_seconds = time.perf_counter() - t0  # ~0 when cached
         barrier(self.ctx)
         if self.ctx.local_rank != 0:
             local = build()  # cached by now
@@ -724,6 +729,7 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
 
     ctx = None
     trainer = None
+    start = time.perf_counter()
     try:
         ctx = init_distributed(cfg.trainer.device)
         trainer = Trainer(cfg, resume=resume, log=log, ctx=ctx)
@@ -731,9 +737,17 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
             print(f"dapo train: run directory {trainer.out}", flush=True)
         trainer.fit()
         if ctx.is_main:
-            print(
-                f"dapo train: done. metrics: {trainer.metrics_path}  plot: {trainer.out / 'training_dynamics.png'}"
+            warmup = trainer.warmup_seconds
+            summary = closing_summary(
+                trainer.out,
+                trainer.metrics_path,
+                latest_checkpoint(trainer.out),
+                trainer.out / "training_dynamics.png",
+                time.perf_counter() - start,
+                trainer.step,
+                warmup if warmup >= 1.0 else 0.0,
             )
+            print(summary, flush=True)
         return 0
     except (DynamicSamplingExhausted, TrainingDiverged) as e:
         if ctx is None or ctx.is_main:
