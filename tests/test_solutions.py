@@ -65,34 +65,3 @@ def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
     assert embedded_model_dir(load_config().sft).name == "tiny-chain_sum-35bf67648b14"
     steps = load_config("tiny_chain_steps").sft
     assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(load_config().sft)
-
-
-def test_length_grouped_batches_sort_a_draw_into_batches_of_neighbouring_lengths():
-    import torch
-
-    from dapo_rl.sft import length_grouped_batches
-
-    lengths = [5, 40, 12, 33, 7, 21, 18, 9, 27, 14]
-    gen = torch.Generator().manual_seed(0)
-    batches = length_grouped_batches(lengths, batch_size=3, num_batches=4, gen=gen)
-    assert len(batches) == 4 and all(len(b) == 3 for b in batches)
-    # the same draw as an ungrouped warm-up makes for 4 steps, then sorted and cut
-    drawn = torch.randint(len(lengths), (12,), generator=torch.Generator().manual_seed(0)).tolist()
-    assert sorted(i for b in batches for i in b) == sorted(drawn)
-    ranked = sorted(drawn, key=lambda i: lengths[i])
-    cuts = [sorted(lengths[i] for i in ranked[k * 3 : k * 3 + 3]) for k in range(4)]
-    assert sorted(sorted(lengths[i] for i in b) for b in batches) == sorted(cuts)
-    # padded tokens: each batch pads to its own longest row, never more than a random batch of the draw would
-    grouped = sum(3 * max(lengths[i] for i in b) for b in batches)
-    ungrouped = sum(3 * max(lengths[i] for i in drawn[k * 3 : k * 3 + 3]) for k in range(4))
-    assert grouped <= ungrouped
-    assert embedded_name_changes_with("group_by_length")
-
-
-def embedded_name_changes_with(key: str) -> bool:
-    from dataclasses import replace
-
-    from dapo_rl.sft import embedded_model_dir
-
-    base = load_config().sft
-    return embedded_model_dir(replace(base, **{key: True})) != embedded_model_dir(base)

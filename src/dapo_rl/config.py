@@ -523,18 +523,9 @@ class SFTConfig:
     steps: int = 700
     """Optimizer steps (with `train_files`: used when `epochs` is 0)."""
     batch_size: int = 128
-    """Rows per optimizer step."""
-    group_by_length: bool = False
-    """Embedded warm-up: draw `GROUP_BY_LENGTH_BATCHES` steps' rows at once, sort them by length and train on them
-    in that many batches of similar lengths, in a random order (transformers' `group_by_length`), so a batch pads
-    to its own longest row instead of the task's; the same rows in the same number of steps, with fewer padded
-    tokens computed (on `chain_sum` with worked steps, 45% of a random batch's tokens are real)."""
     lr: float = 2e-3
-    """Peak learning rate (AdamW)."""
     warmup_steps: int = 100
-    """Linear learning-rate warm-up steps."""
     seed: int = 0
-    """Seeds the model's initialisation, the targets' mix and the batches."""
     model_path: str = ""
     """With `train_files`: the local Hugging Face checkpoint to fine-tune; empty: a fresh tiny model of the sizes
     below (the embedded architecture)."""

@@ -45,7 +45,6 @@ _ADDED_LATER = {
     "max_length": 1024,
     "packing": False,
     "save_freq": 100,
-    "group_by_length": False,
 }
 
 
@@ -78,35 +77,6 @@ def fresh_tiny_model(cfg: SFTConfig):
         seed=cfg.seed,
     )
     return model, tok
-
-
-GROUP_BY_LENGTH_BATCHES = 16
-"""`sft.group_by_length`: batches drawn, sorted and split at once."""
-
-
-def length_grouped_batches(
-    lengths: list[int], batch_size: int, num_batches: int, gen: torch.Generator
-) -> list[list[int]]:
-    """`num_batches` batches of row indices of similar lengths, for `sft.group_by_length`.
-
-    `num_batches * batch_size` indices are drawn uniformly with replacement (as an ungrouped step draws its
-    batch), sorted by `lengths` (ties in draw order), cut into `num_batches` consecutive batches, and the batches
-    returned in a random order (pop from the end to use them).
-
-    Args:
-        lengths: tokens of each row (prompt + target).
-        batch_size: rows per batch.
-        num_batches: batches per draw.
-        gen: the warm-up's seeded generator (advanced by the draw and the shuffle).
-
-    Returns:
-        `num_batches` lists of `batch_size` indices into `lengths`.
-    """
-    drawn = torch.randint(len(lengths), (num_batches * batch_size,), generator=gen).tolist()
-    drawn.sort(key=lambda i: lengths[i])
-    batches = [drawn[b * batch_size : (b + 1) * batch_size] for b in range(num_batches)]
-    order = torch.randperm(num_batches, generator=gen).tolist()
-    return [batches[o] for o in order]
 
 
 def run_sft(cfg: SFTConfig, log=print) -> Path:
@@ -148,15 +118,8 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
     pad = tok.pad_token_id
     model.train()
     start = time.time()
-    lengths = [len(p) + len(c) for p, c in zip(p_ids, c_ids)]
-    queue: list[list[int]] = []
     for step in range(cfg.steps):
-        if not cfg.group_by_length:
-            idx = torch.randint(len(samples), (cfg.batch_size,), generator=gen).tolist()
-        else:
-            if not queue:
-                queue = length_grouped_batches(lengths, cfg.batch_size, GROUP_BY_LENGTH_BATCHES, gen)
-            idx = queue.pop()
+        idx = torch.randint(len(samples), (cfg.batch_size,), generator=gen).tolist()
         seqs = [p_ids[i] + c_ids[i] for i in idx]
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
