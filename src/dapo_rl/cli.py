@@ -471,9 +471,10 @@ def _train(cfg, args, argv: list[str]) -> int:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         if cfg.model.path == "embedded":  # build the base model once, before the ranks start
-            from dapo_rl.sft import ensure_embedded_model
+            from dapo_rl.sft import embedded_model_dir, ensure_embedded_model
 
-            ensure_embedded_model(cfg.sft)
+            if not (embedded_model_dir(cfg.sft) / "config.json").is_file():  # cached: rank 0 says so, once
+                ensure_embedded_model(cfg.sft)
         else:
             from dapo_rl.models.smollm2 import resolve_model_alias
 
@@ -671,7 +672,9 @@ def _eval(args) -> int:
         if model_path == "embedded":
             from dapo_rl.sft import ensure_embedded_model
 
-            model_path = str(ensure_embedded_model(load_config().sft))
+            model_path = str(
+                ensure_embedded_model(load_config().sft, log=lambda m: print(m, file=sys.stderr))
+            )
         tok = _local_tokenizer(args, model_path)
     gen_path = out / "generations.jsonl"
     existing: dict[str, dict[int, list[Rollout]]] = {}
