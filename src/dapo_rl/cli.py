@@ -4,7 +4,8 @@
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
 steps in a row had a non-finite loss or gradient; under several processes, 128 + N when a rank was killed by signal
-N, or a rank's own non-zero code.
+N, or a rank's own non-zero code; 143 (128 + SIGTERM): `dapo train` stopped by SIGTERM after saving a checkpoint
+(the message names it and the command that resumes), `dapo ablate` after its current run did.
 """
 
 from __future__ import annotations
@@ -452,7 +453,7 @@ def _train(cfg, args, argv: list[str]) -> int:
     if launched_world_size() > 1:  # already one rank of a launched job (torchrun, or the shorthand below)
         from dapo_rl.trainer import run
 
-        return run(cfg, resume=args.resume)
+        return run(cfg, resume=args.resume, command=argv)
     if t.launcher == "ray":
         from dapo_rl.distributed.launch import launch_ray
 
@@ -484,7 +485,7 @@ def _train(cfg, args, argv: list[str]) -> int:
 
     from dapo_rl.trainer import run
 
-    return run(cfg, resume=args.resume, log=tqdm.write)
+    return run(cfg, resume=args.resume, log=tqdm.write, command=argv)
 
 
 def _read_score_rows(args) -> list[tuple]:
@@ -821,7 +822,7 @@ def _config(args) -> int:
     rows = select_rows(config_rows(cfg), args.grep)
     changed = sum(r.changed for r in rows)
     source = f"{recipe or DEFAULT_RECIPE}" + (f" + {len(overrides)} override(s)" if overrides else "")
-    what = f"{len(rows)} setting(s)" + (f" matching {args.grep!r}" if args.grep is not None else "")
+    what = f"{len(rows)} setting(s)" + (f" matching '{args.grep}'" if args.grep is not None else "")
     print(f"dapo config: {source}: {what}, {changed} differ from the default (*)")
     try:
         if rows:
