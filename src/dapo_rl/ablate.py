@@ -35,8 +35,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -48,6 +50,9 @@ SPEC_DIR = "ablation"
 """Shipped specs live in `dapo_rl/configs/ablation/` (`configs/ablation/` at the repository root)."""
 
 DEFAULT_SPEC = "ladder"
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""Exit code of `dapo ablate` (as of the `dapo train` runs it starts) stopped by SIGTERM: 143."""
 
 QUANTITIES: tuple[tuple[str, str, str], ...] = (
     ("val_acc", "held-out accuracy", "val"),
@@ -221,6 +226,10 @@ def run_ablation(
     A run is finished when `<out>/<row>/seed<k>/DONE` exists; one with a checkpoint but no `DONE` resumes; one with
     neither starts afresh (its partial directory is removed). A run that fails is reported and the others go on.
 
+    SIGTERM is forwarded to the run in progress, which saves a checkpoint after its current step and exits
+    (`dapo_rl.trainer.run`); no further run starts and no report is written: the repeated command resumes that run
+    and goes on with the rest.
+
     Args:
         spec: the ablation (`load_spec`).
         out: the results directory.
@@ -230,7 +239,8 @@ def run_ablation(
         log: progress lines.
 
     Returns:
-        0 when every run finished, 1 when some failed (the table then shows what did finish).
+        0 when every run finished, 1 when some failed (the table then shows what did finish), `EXIT_TERMINATED`
+        when SIGTERM stopped it.
 
     Raises:
         ConfigError: an unknown row name; a row whose config does not load; `out` holding a run of the same row
@@ -247,7 +257,20 @@ def run_ablation(
     out.mkdir(parents=True, exist_ok=True)
     failed = []
     todo = [(row, seed) for row in chosen for seed in range(seeds)]
+    running: list[subprocess.Popen] = []  # the run in progress
+    stop = threading.Event()
+
+    def on_sigterm(signum, frame):
+        stop.set()
+        for proc in running:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
     for i, (row, seed) in enumerate(todo, 1):
+        if stop.is_set():
+            break
         run_dir = out / row.name / f"seed{seed}"
         over = run_overrides(spec, row, seed, run_dir, extra)
         ident = {"recipe": recipe, "overrides": [o for o in over if not o.startswith("trainer.output_dir=")]}
@@ -271,15 +294,30 @@ def run_ablation(
         t0 = time.time()
         logfile = out / row.name / f"seed{seed}.log"
         with open(logfile, "a") as fh:
-            code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT)
+            running[:] = [subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)]
+            if stop.is_set():  # the signal came before the handler could see this run
+                running[0].send_signal(signal.SIGTERM)
+            code = running[0].wait()
+            running.clear()
         wall = prior + time.time() - t0
         record.write_text(json.dumps(ident | {"wall_s": wall}, indent=1))
         if code == 0:
             (run_dir / "DONE").write_text(json.dumps({"wall_s": wall, "exit_code": 0}))
             log(f"    finished in {wall / 60:.1f} min")
+        elif stop.is_set():
+            saved = "after saving a checkpoint" if code == EXIT_TERMINATED else f"(exit {code})"
+            log(f"    stopped by SIGTERM {saved}; see {logfile}")
         else:
             failed.append(f"{row.name}/seed{seed} (exit {code}, log {logfile})")
             log(f"    FAILED with exit code {code}; see {logfile}")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+    if stop.is_set():
+        log(
+            "dapo ablate: stopped by SIGTERM. Run the same command again to go on: finished runs are skipped, the "
+            "interrupted one resumes from its last checkpoint."
+        )
+        return EXIT_TERMINATED
     table = write_report(spec, out, seeds, chosen)
     log(f"table: {table}")
     if failed:

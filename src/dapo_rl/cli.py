@@ -1,10 +1,11 @@
 """The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`, `dapo ablate`,
-`dapo data`.
+`dapo data`, `dapo config`; `dapo --version`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
 steps in a row had a non-finite loss or gradient; under several processes, 128 + N when a rank was killed by signal
-N, or a rank's own non-zero code.
+N, or a rank's own non-zero code; 143 (128 + SIGTERM): `dapo train` stopped by SIGTERM after saving a checkpoint
+(the message names it and the command that resumes), `dapo ablate` after its current run did.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dapo", description="DAPO reinforcement learning for reasoning language models."
     )
+    p.add_argument("--version", action="version", version=f"dapo {package_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     tr = sub.add_parser(
         "train",
@@ -211,7 +213,36 @@ def _parser() -> argparse.ArgumentParser:
         "size (FakeTensorMode, a fake process group, FSDPMemTracker; no weights, no GPU; about 1.5 minutes for 32B "
         "at 128 ranks on 2 cores)",
     )
+    cf = sub.add_parser(
+        "config",
+        help="list every setting of a recipe: dotted key, value, default, one-line doc",
+        description="Load a recipe as `dapo train` does (with its dotted overrides) and list every setting: its dotted "
+        "key, its value, its default, and the first sentence of its doc (the config dataclasses' field docstrings). "
+        "`*` marks a value that differs from the default. With no recipe: the embedded default (tiny_chain_sum).",
+    )
+    cf.add_argument(
+        "recipe", nargs="?", help="YAML recipe file or shipped recipe name (default: tiny_chain_sum)"
+    )
+    cf.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.clip_ratio_high=0.3")
+    cf.add_argument(
+        "--grep",
+        metavar="PATTERN",
+        help="only keys or docs matching this regular expression (case-insensitive)",
+    )
     return p
+
+
+def package_version() -> str:
+    """The installed distribution's version (`importlib.metadata`), else `dapo_rl.__version__` (a source tree run
+    without installing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dapo-rl")
+    except PackageNotFoundError:
+        from dapo_rl import __version__
+
+        return __version__
 
 
 def _split_recipe(args) -> tuple[str | None, list[str]]:
@@ -222,10 +253,24 @@ def _split_recipe(args) -> tuple[str | None, list[str]]:
 
 
 def _flags_last(argv: list[str]) -> list[str]:
-    """`dapo train a=1 --resume b=2` -> `dapo train a=1 b=2 --resume`: overrides may stand on both sides of
-    `--resume` (argparse alone would take only those before it)."""
+    """`dapo train a=1 --resume b=2` -> `dapo train a=1 b=2 --resume` (and `dapo config a=1 --grep X b=2` ->
+    `dapo config a=1 b=2 --grep X`): overrides may stand on both sides of the flag (argparse alone would take only
+    those before it)."""
     if argv and argv[0] in ("train", "sft") and "--resume" in argv:
         return [a for a in argv if a != "--resume"] + ["--resume"]
+    if argv and argv[0] == "config":
+        rest, flags, i = [], [], 1
+        while i < len(argv):
+            if argv[i] == "--grep" and i + 1 < len(argv):
+                flags += argv[i : i + 2]
+                i += 2
+            elif argv[i].startswith("--grep="):
+                flags.append(argv[i])
+                i += 1
+            else:
+                rest.append(argv[i])
+                i += 1
+        return [argv[0], *rest, *flags]
     return argv
 
 
@@ -284,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(args)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "config":
+            return _config(args)
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
         if args.command == "sft":
@@ -406,7 +453,7 @@ def _train(cfg, args, argv: list[str]) -> int:
     if launched_world_size() > 1:  # already one rank of a launched job (torchrun, or the shorthand below)
         from dapo_rl.trainer import run
 
-        return run(cfg, resume=args.resume)
+        return run(cfg, resume=args.resume, command=argv)
     if t.launcher == "ray":
         from dapo_rl.distributed.launch import launch_ray
 
@@ -425,9 +472,10 @@ def _train(cfg, args, argv: list[str]) -> int:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         if cfg.model.path == "embedded":  # build the base model once, before the ranks start
-            from dapo_rl.sft import ensure_embedded_model
+            from dapo_rl.sft import embedded_model_dir, ensure_embedded_model
 
-            ensure_embedded_model(cfg.sft)
+            if not (embedded_model_dir(cfg.sft) / "config.json").is_file():  # cached: rank 0 says so, once
+                ensure_embedded_model(cfg.sft)
         else:
             from dapo_rl.models.smollm2 import resolve_model_alias
 
@@ -437,7 +485,7 @@ def _train(cfg, args, argv: list[str]) -> int:
 
     from dapo_rl.trainer import run
 
-    return run(cfg, resume=args.resume, log=tqdm.write)
+    return run(cfg, resume=args.resume, log=tqdm.write, command=argv)
 
 
 def _read_score_rows(args) -> list[tuple]:
@@ -625,7 +673,9 @@ def _eval(args) -> int:
         if model_path == "embedded":
             from dapo_rl.sft import ensure_embedded_model
 
-            model_path = str(ensure_embedded_model(load_config().sft))
+            model_path = str(
+                ensure_embedded_model(load_config().sft, log=lambda m: print(m, file=sys.stderr))
+            )
         tok = _local_tokenizer(args, model_path)
     gen_path = out / "generations.jsonl"
     existing: dict[str, dict[int, list[Rollout]]] = {}
@@ -759,6 +809,26 @@ def _score(args) -> int:
         "responses_per_s": n / elapsed if elapsed > 0 else None,
     }
     print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+def _config(args) -> int:
+    """`dapo config`: the recipe's settings with defaults and docs (`dapo_rl.config_help`)."""
+    from dapo_rl.config import DEFAULT_RECIPE, load_config
+    from dapo_rl.config_help import config_rows, format_rows, select_rows
+
+    recipe, overrides = _split_recipe(args)
+    cfg = load_config(recipe, overrides)
+    rows = select_rows(config_rows(cfg), args.grep)
+    changed = sum(r.changed for r in rows)
+    source = f"{recipe or DEFAULT_RECIPE}" + (f" + {len(overrides)} override(s)" if overrides else "")
+    what = f"{len(rows)} setting(s)" + (f" matching '{args.grep}'" if args.grep is not None else "")
+    print(f"dapo config: {source}: {what}, {changed} differ from the default (*)")
+    try:
+        if rows:
+            print(format_rows(rows), flush=True)
+    except BrokenPipeError:  # `dapo config | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

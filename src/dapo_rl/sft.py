@@ -154,9 +154,14 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
 
 
 def ensure_embedded_model(cfg: SFTConfig, log=print) -> Path:
-    """The embedded base model's directory, training it first (`run_sft`) when it is not cached yet."""
+    """The embedded base model's directory, training it first (`run_sft`) when it is not cached yet.
+
+    Logs one line either way: where the cached model is (and that deleting it rebuilds it), or that it is being
+    built.
+    """
     path = embedded_model_dir(cfg)
     if (path / "config.json").is_file():
+        log(f"using the cached embedded base model {path.name} ({path}; delete it to rebuild)")
         return path
     log(f"building the embedded base model (supervised warm-up, {cfg.steps} steps; cached for later runs)")
     return run_sft(cfg, log=log)

@@ -6,12 +6,20 @@ advantages -> actor update (token-level clipped loss) -> weight sync -> metrics,
 
 SPMD: under a launcher every rank runs this same loop on its own share of the prompts (`dapo_rl.collect`); rank 0
 alone writes metrics, logs, the plot and the checkpoint index.
+
+SIGTERM (a scheduler's preemption or time limit, `timeout`, torchrun forwarding it) stops the run at the next step
+boundary: the step in progress finishes (update, weight sync, metrics), the ranks agree on the stop through an
+all-reduce, a checkpoint is saved, and `run` exits with `EXIT_TERMINATED` and the command that resumes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -56,10 +64,12 @@ from dapo_rl.tracking import Tracking, check_trackers
 
 __all__ = [
     "EXIT_DYNAMIC_SAMPLING_EXHAUSTED",
+    "EXIT_TERMINATED",
     "EXIT_TRAINING_DIVERGED",
     "DynamicSamplingExhausted",
     "Trainer",
     "TrainingDiverged",
+    "TrainingStopped",
     "run",
     "truncate_metrics",
 ]
@@ -74,8 +84,22 @@ EXIT_TRAINING_DIVERGED = 4
 """Exit code of `dapo train` after `trainer.max_consecutive_bad_steps` steps in a row with a non-finite update."""
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""Exit code of `dapo train` stopped by SIGTERM after saving a checkpoint: 143, what a shell reports for a process
+ended by SIGTERM, so that a scheduler or a script does not take the run as finished (Slurm's `afterok`, a pipeline's
+next stage) while the message says where the checkpoint is and how to resume."""
+
+
 class TrainingDiverged(RuntimeError):
     """`trainer.max_consecutive_bad_steps` steps in a row had a non-finite loss or gradient."""
+
+
+class TrainingStopped(Exception):
+    """SIGTERM stopped the run at a step boundary, after `checkpoint` (the step's checkpoint) was written."""
+
+    def __init__(self, step: int, checkpoint: Path):
+        super().__init__(f"stopped by SIGTERM after step {step}; checkpoint {checkpoint}")
+        self.step, self.checkpoint = step, checkpoint
 
 
 def _quiet(_msg: str) -> None:
@@ -112,6 +136,7 @@ class Trainer:
         self.bad_streak = 0
         self.gen_samples_total = 0
         self.sampling_state = SamplingState()
+        self.sigterm = False  # set by the SIGTERM handler during `fit`
         self._check_split()
         check_trackers(cfg.trainer.logger)
         try:
@@ -602,6 +627,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         write = bar.write if main else _quiet
+        previous_handler = self._catch_sigterm()
         try:
             while self.step < t.total_training_steps and not self.budget_spent():
                 t0 = time.perf_counter()
@@ -642,12 +668,18 @@ class Trainer:
                         "actor.lr, check the rewards (train/reward_mean) and the data, or resume with a higher "
                         "trainer.max_consecutive_bad_steps"
                     )
+                saved = None
                 if last or (t.save_freq > 0 and self.step % t.save_freq == 0):
-                    self.save_checkpoint()
+                    saved = self.save_checkpoint()
                 bar.update(1)
                 if console:
                     write(self._format(row))
+                # the safe point: this step's update and weight sync are done, the next rollout has not begun
+                if not last and self.stop_requested():
+                    raise TrainingStopped(self.step, saved or self.save_checkpoint())
         finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
             bar.close()
             self.pool.close()
             if self.tracking is not None:
@@ -655,6 +687,28 @@ class Trainer:
             if main and self.metrics_path.exists():
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows
+
+    def _catch_sigterm(self):
+        """From here on, SIGTERM sets `self.sigterm` instead of ending the process (`fit` stops at the next step
+        boundary); a repeated SIGTERM changes nothing. Returns the handler to restore, or None off the main thread
+        (where Python cannot set one)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigterm(signum, frame):
+            if not self.sigterm and self.ctx.is_main:  # os.write: safe inside a signal handler, unlike print
+                os.write(
+                    2,
+                    b"dapo train: SIGTERM received: stopping after the step in progress, with a checkpoint\n",
+                )
+            self.sigterm = True
+
+        return signal.signal(signal.SIGTERM, on_sigterm)
+
+    def stop_requested(self) -> bool:
+        """Whether any rank received SIGTERM (an all-reduce at the step boundary, so every rank stops after the
+        same step). A collective: every rank calls it."""
+        return all_reduce([float(self.sigterm)], self.ctx, op="max")[0] > 0
 
     def budget_spent(self) -> bool:
         """Whether `trainer.max_generated_samples` (when set) responses have been sampled."""
@@ -716,14 +770,33 @@ class Trainer:
             self.tracking.log(row, row["step"])
 
 
-def run(cfg: Config, resume: bool = False, log=print) -> int:
+def resume_command(command: list[str] | None, external_launcher: bool) -> str:
+    """The command that resumes a stopped run: `dapo <command> --resume` (`command`: the `dapo` arguments the run
+    was started with), under the user's own launcher `torchrun ... -m dapo_rl.cli <command> --resume`; without
+    `command` (Ray Train workers), a sentence saying to repeat it."""
+    if command is None:
+        return "the same command with --resume"
+    args = shlex.join([*command, *([] if "--resume" in command else ["--resume"])])
+    return f"torchrun <the same options> -m dapo_rl.cli {args}" if external_launcher else f"dapo {args}"
+
+
+def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None = None) -> int:
     """`dapo train` on this process: join the launcher's job (or run alone), train, and return the exit code.
 
-    Every rank returns the same code (0, 2, 3 or 4); rank 0 prints the message, the others stay quiet unless
+    Every rank returns the same code (0, 2, 3, 4 or 143); rank 0 prints the message, the others stay quiet unless
     the error is theirs alone (a bad configuration or data on one machine).
 
+    SIGTERM once training has begun stops the run after the step in progress with a checkpoint (`Trainer.fit`);
+    rank 0 then names the checkpoint and the command that resumes (`resume_command`). Under torchrun, which
+    forwards SIGTERM to the ranks and kills them after its shutdown timeout (torchrun `--shutdown-timeout`, env
+    `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, default 30 s), that timeout must exceed a step's length.
+
+    Args:
+        command: the `dapo` arguments of this run (`train ...`), for the resume command in that message.
+
     Returns:
-        0 done; `EXIT_CONFIG`; `EXIT_DYNAMIC_SAMPLING_EXHAUSTED`; `EXIT_TRAINING_DIVERGED`.
+        0 done; `EXIT_CONFIG`; `EXIT_DYNAMIC_SAMPLING_EXHAUSTED`; `EXIT_TRAINING_DIVERGED`; `EXIT_TERMINATED`
+        (143 = 128 + SIGTERM) stopped by SIGTERM after saving a checkpoint.
     """
     from dapo_rl.distributed import init_distributed, shutdown
 
@@ -749,6 +822,16 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
             )
             print(summary, flush=True)
         return 0
+    except TrainingStopped as e:
+        if ctx.is_main:
+            # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
+            external = ctx.distributed and cfg.trainer.nproc_per_node == 1
+            print(
+                f"dapo train: {e}. To continue from it: {resume_command(command, external)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return EXIT_TERMINATED
     except (DynamicSamplingExhausted, TrainingDiverged) as e:
         if ctx is None or ctx.is_main:
             print(f"dapo train: stopped at step {trainer.step if trainer else 0}: {e}", file=sys.stderr)
@@ -761,6 +844,17 @@ def run(cfg: Config, resume: bool = False, log=print) -> int:
         prefix = f"[rank {ctx.rank}] " if ctx is not None and ctx.rank > 0 else ""
         print(f"{prefix}dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except Exception as e:
+        if trainer is None or not trainer.sigterm or not ctx.distributed:
+            raise
+        # the launcher stops the surviving ranks with SIGTERM when one died: the next collective fails here
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        print(
+            f"[rank {ctx.rank}] dapo train: stopped by SIGTERM; a collective failed before the step boundary, so no "
+            f"checkpoint was written ({type(e).__name__}: {first})",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED
     finally:
         close = getattr(getattr(trainer, "engine", None), "close", None)
         # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)

@@ -32,12 +32,16 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     (the engine behind `torchrun --standalone`; no restarts), and return the job's exit code.
 
     Each rank reads `RANK`/`WORLD_SIZE` and joins the group (`dapo_rl.distributed.init_distributed`); rank 0 prints
-    the run's lines. When a rank dies, the launcher stops the others and this says which rank and how.
+    the run's lines. When a rank dies, the launcher stops the others and this says which rank and how. SIGTERM to
+    this process is forwarded to the ranks, which save a checkpoint after the step in progress and exit
+    (`dapo_rl.trainer.run`); the launcher waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds (default 30) for them
+    before it kills them.
 
     Returns:
-        0; the ranks' common exit code (2, 3, 4); 128 + the signal number for a rank killed by a signal; or the
-        first failed rank's code.
+        0; the ranks' common exit code (2, 3, 4, or 143 after SIGTERM); 128 + the signal number for a rank killed by
+        a signal, or for this process stopped by one; or the first failed rank's code.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -57,15 +61,21 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     )
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "dapo_rl.cli", *argv)
+    except (
+        SignalException
+    ) as e:  # the launcher forwarded it to the ranks and waited for them: rank 0 said why
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
         failures = sorted(e.failures.items(), key=lambda kv: kv[1].timestamp)
         rank, first = failures[0]
-        if first.exitcode in (2, 3, 4):
-            return (
-                first.exitcode
-            )  # a configuration error, exhausted sampling or divergence: the rank said why
-        # the launcher stops the surviving ranks with SIGTERM: report only the ranks that failed by themselves
-        own = [(r, f) for r, f in failures if (r, f) == (rank, first) or f.exitcode != -signal.SIGTERM]
+        if first.exitcode in (2, 3, 4, 128 + signal.SIGTERM):
+            # a configuration error, exhausted sampling, divergence, or a SIGTERM the ranks got directly (Slurm
+            # signals every process) and stopped on with a checkpoint: the rank said why
+            return first.exitcode
+        # the launcher stops the surviving ranks with SIGTERM (they exit at once, or with 143 when they were past
+        # set-up): report only the ranks that failed by themselves
+        stopped = (-signal.SIGTERM, 128 + signal.SIGTERM)
+        own = [(r, f) for r, f in failures if (r, f) == (rank, first) or f.exitcode not in stopped]
         what = "; ".join(_rank_failure_message(r, f.exitcode) for r, f in own)
         print(
             f"dapo train: {what}; the launcher stopped the other ranks. The run directory keeps its last complete "

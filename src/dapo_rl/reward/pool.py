@@ -4,12 +4,15 @@ A verifier that hangs (sympy on a tower of powers, a regex on a megabyte of brac
 answer is sent to a worker process on its own; when a worker has not answered within `timeout_s`, the parent kills it
 (SIGKILL), scores that answer as wrong with `timeout` set, and starts a fresh worker. Workers are forked from a clean
 server process (`forkserver`) that has imported the verifiers once, so a replacement starts in milliseconds and never
-inherits the trainer's threads. Model output is only ever passed as data: nothing is executed.
+inherits the trainer's threads. Model output is only ever passed as data: nothing is executed. Workers ignore SIGTERM:
+`timeout` and Slurm signal every process of the job, and the trainer scores its last step before it stops
+(`dapo_rl.trainer`); a worker ends when the pool closes its pipe or kills it.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -32,6 +35,7 @@ ScoreItem = tuple[str, str, Any, Mapping[str, Any] | None]
 
 
 def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the pool ends it (see the module docstring)
     from dapo_rl.reward.score import compute_score
 
     while True:
