@@ -1,8 +1,6 @@
 """Batch collection without a Trainer: the real tiny model through the transformers engine, a real reward pool and
 the real sampler; dynamic sampling, the training batch and its split over ranks."""
 
-import math
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -320,41 +318,6 @@ def test_skip_unsolved_and_backoff_by_hand():
     assert (restored.skip, restored.streak) == (state.skip, state.streak)
 
 
-def test_unanimous_chance_by_hand():
-    from dapo_rl.collect import unanimous_chance
-
-    # 8 of 8 right: a = 8.5, b = 0.5; E[p^8] = prod_{k<8} (8.5 + k) / (9 + k) = 0.712646, E[(1-p)^8] =
-    # prod_{k<8} (0.5 + k) / (9 + k) = 1.6e-5 (the same product with a and b swapped)
-    hi = math.prod((8.5 + k) / (9 + k) for k in range(8))
-    lo = math.prod((0.5 + k) / (9 + k) for k in range(8))
-    assert unanimous_chance(8, 8) == pytest.approx(hi + lo, rel=1e-12) == pytest.approx(0.71266, abs=1e-5)
-    assert unanimous_chance(0, 8) == pytest.approx(unanimous_chance(8, 8), rel=1e-12)  # symmetric
-    # 4 of 8: a = b = 4.5; 2 * prod_{k<8} (4.5 + k) / (9 + k)
-    assert unanimous_chance(4, 8) == pytest.approx(
-        2 * math.prod((4.5 + k) / (9 + k) for k in range(8)), rel=1e-12
-    )
-    assert unanimous_chance(1, 2, next_n=1) == pytest.approx(
-        1.0, abs=1e-12
-    )  # one response is always "unanimous"
-    assert unanimous_chance(4, 8) < unanimous_chance(2, 8) < unanimous_chance(1, 8) < unanimous_chance(0, 8)
-    with pytest.raises(ValueError, match="9 correct of 8"):
-        unanimous_chance(9, 8)
-
-
-def test_skip_predicted_skips_kept_groups_by_hand():
-    from dapo_rl.collect import SamplingState
-    from dapo_rl.config import FilterGroupsConfig
-
-    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True, skip_predicted=0.3)
-    state = SamplingState()
-    state.streak = {1: 2}
-    # 7/8 right: chance 0.345 >= 0.3, mostly right -> skip_solved; 1/8: -> skip_unsolved; 2/8 (0.156) and 4/8: kept
-    state.record([(1, 7, 8), (2, 1, 8), (3, 2, 8), (4, 4, 8)], fg)
-    assert state.skip == {1: 2, 2: 3} and state.streak == {}  # a kept group clears the record, no backoff
-    state.record([(5, 7, 8)], FilterGroupsConfig(skip_unsolved=3, skip_predicted=0.3))  # skip_solved off
-    assert 5 not in state.skip
-
-
 def test_skip_unsolved_in_collect_batch(parts):
     tok, engine, ds = parts
     from dapo_rl.collect import SamplingState, draw_prompts
@@ -383,255 +346,21 @@ def test_skip_unsolved_in_collect_batch(parts):
     assert indices == list(range(8)) and skipped == 0
 
 
-def test_prioritized_draws_by_hand():
-    """`prioritize`: predictions from each prompt's last group, aged toward the never-drawn share; lowest first."""
-    from dapo_rl.collect import (
-        SamplingState,
-        draw_prioritized,
-        predicted_unanimous,
-        unanimous_chance,
-    )
-    from dapo_rl.config import FilterGroupsConfig
-
-    q4, q3, q0 = unanimous_chance(4, 8), unanimous_chance(3, 8), unanimous_chance(0, 8)
-    assert (round(q4, 3), round(q3, 3), round(q0, 3)) == (0.045, 0.070, 0.713)
-    state = SamplingState(last={0: (4, 8, 10), 1: (0, 8, 10), 2: (3, 8, 2)}, first_unanimous=0.4)
-    pred, u = predicted_unanimous(state, 5, step=10, half_life=8.0)
-    # prompt 2 was drawn 8 steps ago, one half-life: halfway from 0.070 back to 0.4
-    assert u == 0.4
-    assert pred.tolist() == pytest.approx([q4, q0, 0.4 + (q3 - 0.4) / 2, 0.4, 0.4])
-    first, p1 = draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)
-    assert first[:2] == [0, 2] and first[2] in (3, 4)  # 3 and 4 tie at 0.4: a seeded coin
-    assert p1 == pytest.approx([q4, 0.4 + (q3 - 0.4) / 2, 0.4])
-    assert draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)[0] == first  # same seed, step, round
-    other = 7 - first[2]
-    # later in the step: prompts not yet drawn come first, then the drawn ones again, lowest first
-    assert draw_prioritized(state, 5, 3, 10, 2, 0, set(first), 8.0)[0] == [other, 1, 0]
-
-    fg = FilterGroupsConfig(prioritize=True)
-    fresh = SamplingState()
-    fresh.record([(7, 0, 8), (8, 4, 8)], fg, step=3)
-    assert fresh.first_unanimous == 0.5 and fresh.first_drawn == 2  # mean of 1 and 0
-    fresh.record([(7, 8, 8)], fg, step=5)  # drawn before: its record moves, the first-draw share does not
-    assert fresh.last == {7: (8, 8, 5), 8: (4, 8, 3)} and fresh.first_unanimous == 0.5
-    assert fresh.skip == {} and fresh.streak == {}
-    restored = SamplingState()
-    restored.load_state_dict(fresh.state_dict())
-    assert (restored.last, restored.first_unanimous, restored.first_drawn) == (fresh.last, 0.5, 2)
-
-
-def test_prioritized_draws_in_collect_batch(parts):
-    """Two steps of `prioritize` with the real tiny model: each prompt at most once a step, every outcome noted."""
-    tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState, predicted_unanimous
-
-    cfg = _cfg(
-        "first_byte_parity",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    seen = []
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in (1, 2):
-            before = dict(state.last)
-            expected, _ = predicted_unanimous(state, len(ds), step, 8.0)
-            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            drawn = [i for i, (_, _, at) in state.last.items() if at == step]
-            assert len(drawn) == stats["train/gen_prompts"]  # no prompt twice in a step
-            kept = [g.rollouts[0].problem_idx for g in groups]
-            assert len(set(kept)) == len(kept) and set(kept) <= set(drawn)
-            # the step's first round took the prompts with the lowest predictions: none drawn was worse than the
-            # best prompt left out of it
-            first_round = sorted(drawn, key=lambda i: expected[i].item())[:8]
-            left_out = [i for i in range(len(ds)) if i not in drawn]
-            assert max(expected[i].item() for i in first_round) <= min(expected[i].item() for i in left_out)
-            assert 0.0 <= stats["train/predicted_unanimous_ratio"] <= 1.0
-            for i in drawn:
-                c, n, _ = state.last[i]
-                assert n == 4 and 0 <= c <= 4
-            seen.append((before, drawn))
-    assert sampler.pos == 0  # prioritised draws do not walk the epoch order
-    assert state.first_drawn == len(set(seen[0][1]) | set(seen[1][1]))
-
-
-def test_prioritized_draws_leave_out_the_carried_prompts(parts):
-    """With `carry_surplus`, a prompt whose kept group is carried into the step is not drawn again in it, although
-    its mixed last group makes it the best candidate."""
-    tok, engine, ds = parts
+def test_a_sampling_state_saved_with_the_removed_options_fields_still_loads():
+    """A checkpoint of dapo-rl before 2026-12-03 also saved `prioritize`'s and `history_baseline`'s fields (`last`,
+    `first_unanimous`, `first_drawn`, `previous`): they load and are dropped."""
     from dapo_rl.collect import SamplingState
 
-    cfg = _cfg(
-        "first_byte_parity",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.carry_surplus=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in (1, 2, 3):
-            carried = [g.rollouts[0].problem_idx for g in state.carry]
-            groups, _ = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            prompts = [g.rollouts[0].problem_idx for g in groups]
-            assert len(set(prompts)) == len(prompts)  # no prompt twice in a batch
-            for i in carried:  # drawn a step before, not this step
-                assert state.last[i][2] == step - 1
-            if carried:
-                break
-    assert carried, "no step carried a group: the test did not test the carry"
-
-
-def _mixed_and_pooled(ds, mixed: list[float]) -> list:
-    """A group with rewards `mixed`, then an all-correct group of 4 with history (1, -1, -1, 1), both on sample 0."""
-    from dapo_rl.collect import PromptGroup, Rollout
-
-    mk = lambda r: Rollout(ds.samples[0], 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
-    return [
-        PromptGroup((1, 0), [mk(r) for r in mixed]),
-        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
-    ]
-
-
-def test_history_baseline_pools_the_previous_group_by_hand(parts):
-    """An all-correct group [1, 1, 1, 1] pooled with its prompt's previous group [1, -1, -1, 1]: the 8 scores have
-    mean 0.5 and unbiased std sqrt(6 / 7) = 0.92582, so each of the 4 new responses gets 0.5 / 0.92582 = 0.54006
-    (Dr. GRPO, no std: 0.5); a mixed group beside it, [1, -1, -1, -1], keeps its own GRPO advantages
-    [1.5, -0.5, -0.5, -0.5] (mean -0.5, std 1). The history adds no rows."""
-    tok, _, ds = parts
-    groups = _mixed_and_pooled(ds, [1.0, -1.0, -1.0, -1.0])
-    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "actor.ppo_mini_batch_size=2")
-    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
-    assert len(batch) == 8
-    assert batch.advantages.tolist() == pytest.approx(
-        [1.5, -0.5, -0.5, -0.5] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5
-    )
-    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "algorithm.norm_adv_by_std_in_grpo=false")
-    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
-    assert batch.advantages.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5] + [0.5] * 4, abs=1e-5)
-
-
-def test_history_norm_by_std_false_centres_only_the_pooled_groups(parts):
-    """`history_norm_by_std=false`: the pooled all-correct group of the test above gets 1 - 0.5 = 0.5 per response
-    (not 0.54006), while a mixed group [1, 1, -1, -1] beside it keeps GRPO's division by its std sqrt(4 / 3):
-    +-1 / 1.15470 = +-0.86603."""
-    tok, _, ds = parts
-    groups = _mixed_and_pooled(ds, [1.0, 1.0, -1.0, -1.0])
-    on = "algorithm.filter_groups.history_norm_by_std=false"
-    batch = make_train_batch(
-        groups, _cfg("first_byte_parity", "actor.shuffle=false", on), tok.pad_token_id, 1
-    )
-    a = 1 / math.sqrt(4 / 3)
-    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5] * 4, abs=1e-5)
-    batch = make_train_batch(groups, _cfg("first_byte_parity", "actor.shuffle=false"), tok.pad_token_id, 1)
-    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5)
-
-
-def test_history_for_by_hand(parts):
-    """`SamplingState.history_for`: the prompt's groups of the last `max_age` steps count when, pooled with the new
-    group, their answers disagree; `remember` forgets older ones."""
-    from dapo_rl.collect import PromptGroup, Rollout, SamplingState
-
-    s = parts[2].samples[0]
-    right = PromptGroup((1, 0), [Rollout(s, 7, i, acc=True, reward=1.0) for i in range(4)])
-    wrong = PromptGroup((1, 0), [Rollout(s, 7, i, acc=False, reward=-1.0) for i in range(4)])
+    old = {
+        "kept_rate": 0.4,
+        "skip": {"3": 2},
+        "streak": {"3": 1},
+        "last": {"3": [8, 8, 5], "7": [4, 8, 6]},
+        "first_unanimous": 0.45,
+        "first_drawn": 12,
+        "previous": {"3": [[5, [1.0] * 8, [1.0] * 8]]},
+    }
     state = SamplingState()
-    state.remember([(7, [1.0, 0.0, 0.0, 1.0], [1.0, -1.0, -1.0, 0.5])], step=3, max_age=8)
-    assert state.history_for(right, "acc", 5, 8) == (1.0, -1.0, -1.0, 0.5)
-    assert state.history_for(wrong, "acc", 11, 8) == (1.0, -1.0, -1.0, 0.5)  # 8 steps old: still pooled
-    assert state.history_for(wrong, "acc", 12, 8) == ()  # 9 steps: too old
-    state.remember([(7, [1.0] * 4, [1.0] * 4)], step=6, max_age=8)
-    # all right at step 6 as well: pooled with both recent groups, oldest first
-    assert state.history_for(right, "acc", 9, 8) == (1.0, -1.0, -1.0, 0.5) + (1.0,) * 4
-    assert state.history_for(right, "acc", 12, 8) == ()  # only step 6's all-right group is recent: no signal
-    assert state.history_for(wrong, "acc", 12, 8) == (1.0,) * 4
-    state.remember([(7, [0.0] * 4, [-1.0] * 4), (8, [1.0] * 4, [1.0] * 4)], step=12, max_age=8)
-    assert [g[0] for g in state.previous[7]] == [6, 12]  # step 3's group forgotten (9 steps before 12)
-    state.remember([(9, [1.0] * 4, [1.0] * 4)], step=21, max_age=8)
-    assert list(state.previous) == [9]  # prompts 7 and 8 not drawn since step 12: forgotten
-    assert SamplingState().history_for(right, "acc", 5, 8) == ()  # never drawn before
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert restored.previous == state.previous
-
-
-def test_history_baseline_in_collect_batch(parts):
-    """Steps of `prioritize` + `history_baseline` with the real tiny model: an all-agreeing group is kept exactly
-    when its prompt's recent groups disagreed with it, and its tokens are not counted as wasted."""
-    tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
-
-    cfg = _cfg(
-        "first_byte_parity",
-        "data.gen_batch_size=16",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.history_baseline=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    pooled = 0
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in range(1, 9):
-            before = {i: list(v) for i, v in state.previous.items()}
-            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            assert stats["train/history_baseline_groups"] == sum(bool(g.history) for g in groups)
-            for g in groups:
-                accs = [float(x.acc) for x in g.rollouts]
-                i = g.rollouts[0].problem_idx
-                assert state.previous[i][-1][:2] == (step, accs)  # noted for the next draws
-                if not g.history:
-                    assert 0 < sum(accs) < 4
-                    continue
-                pooled += 1
-                assert sum(accs) in (0, 4) and all(step - at <= 8 for at, _, _ in before[i])
-                assert any(values != accs for _, values, _ in before[i])
-                assert g.history == tuple(x for _, _, scores in before[i] for x in scores)
-            batch = make_train_batch(groups, cfg, tok.pad_token_id, step=step)
-            assert len(batch) == 4 * len(groups)
-            if pooled:
-                break
-    assert pooled, "no all-agreeing group came after a mixed one: the test did not test the pooling"
-    # the step's waste is the dropped groups only: kept ones, pooled ones included, are all trained on
-    kept_tokens = sum(x.response_length for g in groups for x in g.rollouts)
-    assert stats["train/gen_tokens_wasted_ratio"] == pytest.approx(
-        1 - kept_tokens / stats["train/gen_tokens"]
-    )
-
-
-def test_predicted_wasted_by_hand():
-    """`prioritize` with `history_baseline` ranks by the chance of a dropped group: 0 for a prompt whose recent
-    groups disagree, `unanimous_chance(k, k, n)` relaxed toward u for one whose recent k responses all agree."""
-    from dapo_rl.collect import SamplingState, draw_prioritized, predicted_wasted, unanimous_chance
-
-    state = SamplingState(first_unanimous=0.4)
-    state.remember([(0, [1.0, 0.0, 1.0, 1.0], [1.0, -1.0, 1.0, 1.0])], step=2, max_age=8)
-    state.remember([(1, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4), (3, [1.0] * 4, [1.0] * 4)], 2, 8)
-    state.remember([(0, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4)], step=10, max_age=8)
-    unanimous = torch.tensor([0.2, 0.6, 0.7, 0.5, 0.4], dtype=torch.float64)
-    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=4)
-    # prompt 0: step 10's all-right group alone is recent (max_age 4): 4 agreeing responses, age 0
-    assert got[0].item() == pytest.approx(unanimous_chance(4, 4, 4))
-    assert got[1].item() == 0.6 and got[3].item() == 0.5 and got[4].item() == 0.4  # nothing recent: unchanged
-    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=8)
-    assert (
-        got[0].item() == 0.0
-    )  # a 3-of-4 group and an all-right one: nothing the next group gives is dropped
-    # Beta(8.5, 0.5): E[p^4] = 8.5/9 * 9.5/10 * 10.5/11 * 11.5/12 = 0.82076, E[(1-p)^4] = 0.5/9 * 1.5/10 * 2.5/11
-    # * 3.5/12 = 0.00055: 0.82131 (two all-wrong groups of 4, the newest at age 0)
-    assert got[2].item() == pytest.approx(0.82131, abs=1e-5)
-    assert got[1].item() == pytest.approx(0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5)  # one, 8 steps old
-    # the draw: last groups as remembered above (prompt 4 never drawn, u = 0.4)
-    state.last = {0: (4, 4, 10), 1: (4, 4, 2), 2: (0, 4, 10), 3: (4, 4, 2)}
-    state.last[5] = (2, 4, 1)  # mixed, 9 steps old, outside the window: not put last
-    order, pred = draw_prioritized(state, 6, 6, 10, 1, 0, set(), 8.0, history_max_age=8)
-    old = 0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5  # 1 and 3: an all-right group 8 steps old
-    old5 = 0.4 + (unanimous_chance(2, 4) - 0.4) * 0.5 ** (9 / 8)
-    # 5 (mixed last), 4 (never drawn), 0 (all right, but a recent group disagrees); then 1 and 3 and 2, whose recent
-    # groups all agree, after every other whatever their chances
-    assert order[:3] == [5, 4, 0] and sorted(order[3:5]) == [1, 3] and order[5] == 2
-    assert pred == pytest.approx([old5, 0.4, unanimous_chance(4, 4), old, old, unanimous_chance(0, 4)])
+    state.load_state_dict(old)
+    assert (state.kept_rate, state.skip, state.streak) == (0.4, {3: 2}, {3: 1})
+    assert state.state_dict() == {"kept_rate": 0.4, "skip": {"3": 2}, "streak": {"3": 1}}

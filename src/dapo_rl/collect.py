@@ -157,9 +157,6 @@ class PromptGroup:
 
     key: tuple[int, int]
     rollouts: list[Rollout]
-    history: tuple[float, ...] = ()
-    """`history_baseline`: the shaped scores of the prompt's recent groups, pooled into this all-agreeing group's
-    advantage statistics (not trained on); empty for a group normalised on its own."""
     owner: int = -1
     """Under several ranks, the rank that sampled the group and holds its response tokens and log-probs; the other
     ranks hold a copy without them (`Rollout.light` keeping the prompt), enough for the batch's arithmetic, and
@@ -329,28 +326,14 @@ class SamplingState:
         carry: kept groups beyond the last batch (`carry_surplus`), trained on next step or dropped.
         kept_rate: running share of sampled prompts whose group was kept (`adaptive_gen_batch`); None before the
             first round.
-        skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`,
-            `skip_predicted`).
+        skip: prompt index -> how many more of its draws to skip (`skip_solved`, `skip_unsolved`).
         streak: prompt index -> its groups in a row that were all correct or all wrong (`skip_backoff`).
-        last: prompt index -> `(correct, responses, step)` of its last group (`prioritize`).
-        first_unanimous: share of all-correct or all-wrong groups among prompts drawn for the first time
-            (`prioritize`: the prediction for a prompt never drawn; a plain mean over the first 50, then an
-            exponential average with weight `1 - FIRST_UNANIMOUS_MOMENTUM` on each new one); None before any.
-            Only first draws move it: once every prompt of a small pool has been drawn it stays at what the policy
-            of those steps gave.
-        first_drawn: how many prompts have been drawn for the first time.
-        previous: prompt index -> `(step, metric values, shaped scores)` of each of its groups from the last
-            `history_max_age` steps, oldest first (`history_baseline`).
     """
 
     carry: list[PromptGroup] = field(default_factory=list)
     kept_rate: float | None = None
     skip: dict[int, int] = field(default_factory=dict)
     streak: dict[int, int] = field(default_factory=dict)
-    last: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    first_unanimous: float | None = None
-    first_drawn: int = 0
-    previous: dict[int, list[tuple[int, list[float], list[float]]]] = field(default_factory=dict)
 
     def state_dict(self) -> dict:
         """JSON-safe state for a checkpoint; carried groups are not saved (a resumed run starts without them)."""
@@ -358,10 +341,6 @@ class SamplingState:
             "kept_rate": self.kept_rate,
             "skip": {str(k): v for k, v in sorted(self.skip.items())},
             "streak": {str(k): v for k, v in sorted(self.streak.items())},
-            "last": {str(k): list(v) for k, v in sorted(self.last.items())},
-            "first_unanimous": self.first_unanimous,
-            "first_drawn": self.first_drawn,
-            "previous": {str(k): [list(g) for g in v] for k, v in sorted(self.previous.items())},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -369,61 +348,19 @@ class SamplingState:
         self.kept_rate = state.get("kept_rate")
         self.skip = {int(k): int(v) for k, v in (state.get("skip") or {}).items()}
         self.streak = {int(k): int(v) for k, v in (state.get("streak") or {}).items()}
-        self.last = {int(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in (state.get("last") or {}).items()}
-        self.first_unanimous = state.get("first_unanimous")
-        self.first_drawn = int(state.get("first_drawn", 0))
-        self.previous = {
-            int(k): [(int(g[0]), [float(x) for x in g[1]], [float(x) for x in g[2]]) for g in v]
-            for k, v in (state.get("previous") or {}).items()
-        }
 
-    def recent(self, i: int, step: int, max_age: int) -> list[tuple[int, list[float], list[float]]]:
-        """`history_baseline`: prompt `i`'s groups from the last `max_age` steps before `step`, oldest first."""
-        return [g for g in self.previous.get(i, []) if step - g[0] <= max_age]
-
-    def history_for(self, group: PromptGroup, metric: str, step: int, max_age: int) -> tuple[float, ...]:
-        """`history_baseline`: the shaped scores of `group`'s prompt's groups from the last `max_age` steps (oldest
-        first) when those and `group` pooled vary in `metric` (what `kept_group_ids` tests); else `()`."""
-        recent = self.recent(group.rollouts[0].problem_idx, step, max_age)
-        if not recent or not _varies([v for g in recent for v in g[1]] + group.metric(metric)):
-            return ()
-        return tuple(x for g in recent for x in g[2])
-
-    def remember(self, groups: list[tuple[int, list[float], list[float]]], step: int, max_age: int) -> None:
-        """`history_baseline`: note each `(prompt index, metric values, shaped scores)` group sampled at `step`;
-        groups more than `max_age` steps old are forgotten (every prompt's, so the state stays small)."""
-        for i, values, scores in groups:
-            self.previous.setdefault(i, []).append((step, values, scores))
-        recent = {i: self.recent(i, step, max_age) for i in self.previous}
-        self.previous = {i: v for i, v in recent.items() if v}
-
-    def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig, step: int = 0) -> None:
+    def record(self, outcomes: list[tuple[int, int, int]], fg: FilterGroupsConfig) -> None:
         """Note each sampled prompt's group outcome for the skips (`FilterGroupsConfig.skip_solved`,
-        `skip_unsolved`, `skip_backoff`, `skip_predicted`) or for `prioritize`.
+        `skip_unsolved`, `skip_backoff`).
 
         Args:
             outcomes: `(prompt index, correct responses, responses)` per sampled group, in sampling order.
             fg: the skip settings.
-            step: the RL step the groups were sampled in (`prioritize` ages its predictions by it).
         """
-        if fg.prioritize:
-            for i, correct, n in outcomes:
-                if i not in self.last:
-                    self.first_drawn += 1
-                    f = self.first_unanimous or 0.0
-                    weight = max(1.0 / self.first_drawn, 1.0 - FIRST_UNANIMOUS_MOMENTUM)
-                    self.first_unanimous = f + (float(correct in (0, n)) - f) * weight
-                self.last[i] = (correct, n, step)
-            return
         for i, correct, n in outcomes:
             solved = True if correct == n else False if correct == 0 else None
-            # a kept group clears the prompt's record; its next group may still look likely to carry no signal
-            if solved is None:
+            if solved is None:  # a kept group clears the prompt's record
                 self.streak.pop(i, None)
-                if fg.skip_predicted > 0 and unanimous_chance(correct, n) >= fg.skip_predicted:
-                    base = fg.skip_solved if 2 * correct > n else fg.skip_unsolved
-                    if base > 0:
-                        self.skip[i] = base
                 continue
             base = fg.skip_solved if solved else fg.skip_unsolved
             if base == 0:
@@ -432,134 +369,6 @@ class SamplingState:
             run = self.streak.get(i, 0) + 1
             self.streak[i] = run
             self.skip[i] = base * min(2 ** (run - 1), SKIP_BACKOFF_CAP) if fg.skip_backoff else base
-
-
-def _varies(values: list[float]) -> bool:
-    """Whether a metric varies over responses, as `kept_group_ids` tests a group (max - min > 1e-6)."""
-    return max(values) - min(values) > 1e-6
-
-
-def unanimous_chance(correct: int, n: int, next_n: int | None = None) -> float:
-    """Chance that a prompt's next group of `next_n` responses (default `n`) is all correct or all wrong, after a
-    group in which `correct` of `n` were right: E[p^m + (1 - p)^m] with the pass rate p ~ Beta(correct + 1/2,
-    n - correct + 1/2) (Jeffreys prior), E[p^m] = B(a + m, b) / B(a, b). The `skip_predicted` test.
-
-    Example (n = m = 8): 0 or 8 right -> 0.713, 1 or 7 -> 0.345, 2 or 6 -> 0.156, 3 or 5 -> 0.070, 4 -> 0.045.
-
-    Raises:
-        ValueError: `correct` outside [0, n] or `n` < 1.
-    """
-    if n < 1 or not 0 <= correct <= n:
-        raise ValueError(f"{correct} correct of {n} responses: need 0 <= correct <= n and n >= 1")
-    m = n if next_n is None else next_n
-    a, b = correct + 0.5, n - correct + 0.5
-
-    def moment(x: float, y: float) -> float:  # E[q^m] for q ~ Beta(x, y)
-        return math.exp(math.lgamma(x + m) + math.lgamma(x + y) - math.lgamma(x) - math.lgamma(x + y + m))
-
-    return moment(a, b) + moment(b, a)
-
-
-FIRST_UNANIMOUS_MOMENTUM = 0.98
-"""Weight of the previous estimate in the running share of unanimous first groups (`prioritize`)."""
-
-
-def predicted_unanimous(
-    state: SamplingState, size: int, step: int, half_life: float
-) -> tuple[torch.Tensor, float]:
-    """`prioritize`'s prediction, per prompt, of the chance that its next group is all correct or all wrong.
-
-    A prompt never drawn gets `u`, the running share of unanimous first groups (0.5 before any). A drawn one gets
-    `u + (q - u) * 0.5 ** (age / half_life)`, with q = `unanimous_chance` of its last group and age the steps since
-    it (the policy has moved on since, so an old outcome says less).
-
-    Returns:
-        `(pred, u)`: float64 tensor `[size]` of chances, and `u`.
-    """
-    u = 0.5 if state.first_unanimous is None else state.first_unanimous
-    pred = torch.full((size,), u, dtype=torch.float64)
-    if state.last:
-        cache: dict[tuple[int, int], float] = {}
-        idx, q, age = [], [], []
-        for i, (c, n, at) in state.last.items():
-            if i < size:
-                idx.append(i)
-                q.append(cache.setdefault((c, n), unanimous_chance(c, n)))
-                age.append(step - at)
-        w = torch.tensor(0.5, dtype=torch.float64) ** (torch.tensor(age, dtype=torch.float64) / half_life)
-        pred[torch.tensor(idx)] = u + (torch.tensor(q, dtype=torch.float64) - u) * w
-    return pred, u
-
-
-def predicted_wasted(
-    state: SamplingState, unanimous: torch.Tensor, u: float, step: int, half_life: float, max_age: int
-) -> torch.Tensor:
-    """`prioritize` with `history_baseline`: per prompt, the chance that its next group is dropped, i.e. all correct
-    or all wrong and agreeing with every group of the prompt's last `max_age` steps (`SamplingState.previous`).
-
-    Recent groups that disagree: 0 (the next group is trained on whatever it gives). Recent groups that all agree
-    (k responses in all): `u + (q - u) * 0.5 ** (age / half_life)` with q = `unanimous_chance(k, k, n)` for a
-    group of n (one all-right group of 8: 0.71, two: 0.82) and age the steps since the newest; no recent group:
-    `unanimous` (`predicted_unanimous`), unchanged.
-
-    Args:
-        unanimous: float64 `[size]`, `predicted_unanimous`'s chances.
-        u: the never-drawn prompts' chance.
-
-    Returns:
-        float64 tensor `[size]` of chances.
-    """
-    out = unanimous.clone()
-    for i in state.previous:
-        recent = state.recent(i, step, max_age)
-        if not recent or i >= len(out):
-            continue
-        if _varies([v for g in recent for v in g[1]]):
-            out[i] = 0.0
-            continue
-        k, n = sum(len(g[1]) for g in recent), len(recent[-1][1])
-        w = 0.5 ** ((step - recent[-1][0]) / half_life)
-        out[i] = u + (unanimous_chance(k, k, n) - u) * w
-    return out
-
-
-def draw_prioritized(
-    state: SamplingState,
-    size: int,
-    k: int,
-    step: int,
-    round_: int,
-    seed: int,
-    drawn: set[int],
-    half_life: float,
-    history_max_age: int | None = None,
-) -> tuple[list[int], list[float]]:
-    """`prioritize`: the `k` prompts of `size` with the lowest `predicted_unanimous`, none already in `drawn`
-    (this step's earlier rounds) unless fewer than `k` others remain; ties in a random order seeded by
-    `(seed, step, round_)`, so a resumed run draws the same prompts.
-
-    With `history_baseline` (`history_max_age` given), a prompt whose last group was all right or all wrong and
-    whose next group may be dropped (`predicted_wasted` > 0: no recent group disagrees) goes after every other, in
-    `predicted_unanimous` order among themselves. Before them come, in that order too, prompts whose last group was
-    mixed (about 0.05-0.35), prompts never drawn (the first-draw share, about 0.45) and prompts whose last group
-    agreed but whose recent ones did not (0.5-0.7; trained on whatever they give).
-
-    Returns:
-        `(indices, predictions)`: the drawn prompt indices, best first, and their predicted chances of a unanimous
-        group.
-    """
-    pred, u = predicted_unanimous(state, size, step, half_life)
-    rank = pred.clone()
-    if history_max_age is not None:
-        wasted = predicted_wasted(state, pred, u, step, half_life, history_max_age)
-        agreed = torch.zeros(size, dtype=torch.bool)  # last group all right or all wrong
-        agreed[[i for i, (c, n, _) in state.last.items() if i < size and c in (0, n)]] = True
-        rank += (agreed & (wasted > 0)).double()
-    if drawn:
-        rank[torch.tensor(sorted(drawn))] += 2.0  # after every prompt not yet drawn this step
-    noise = torch.rand(size, generator=torch.Generator().manual_seed(round_seed(seed, step, round_)))
-    order = torch.argsort(rank + noise.double() * 1e-9)[:k].tolist()  # the noise only breaks ties
-    return order, [float(pred[i]) for i in order]
 
 
 SKIP_BACKOFF_CAP = 64
@@ -635,11 +444,7 @@ def collect_batch(
     Zero-waste options (`algorithm.filter_groups`, state in `state`): `carry_surplus` puts the kept groups beyond
     the batch first into the next step's batch (key `(0, i)`; a carried group not used then is dropped);
     `skip_solved` / `skip_unsolved` pass over prompts whose last group was all correct / all wrong (`skip_backoff`:
-    longer after each such group in a row; `skip_predicted`: also after a kept group whose next one likely has no
-    signal); `prioritize` draws the prompts least likely to give an all-correct or all-wrong group instead
-    (`draw_prioritized`); `history_baseline` keeps an all-agreeing group too when the prompt's recent groups
-    disagreed with it (`SamplingState.history_for`; the advantages pool both, `make_train_batch`);
-    `adaptive_gen_batch` sizes each round from the running kept-rate (`round_size`).
+    longer after each such group in a row); `adaptive_gen_batch` sizes each round from the running kept-rate (`round_size`).
 
     Args:
         engine: rollout engine (`generate`).
@@ -674,10 +479,6 @@ def collect_batch(
     generated: list[PromptGroup] = []
     filtered_tokens = 0
     rounds = skipped = prompts = 0
-    drawn = {
-        g.rollouts[0].problem_idx for g in carried
-    }  # `prioritize`: each prompt once a step, carried ones too
-    predicted: list[float] = []
     generate_s = 0.0
     total_kept = len(carried)
     skipping = fg.skip_solved > 0 or fg.skip_unsolved > 0
@@ -686,23 +487,8 @@ def collect_batch(
         size = cfg.data.gen_batch_size
         if fg.enable and fg.adaptive_gen_batch:
             size = round_size(want - total_kept, state.kept_rate, size, ctx.world_size)
-        if fg.enable and fg.prioritize:
-            indices, pred = draw_prioritized(
-                state,
-                sampler.size,
-                size,
-                step,
-                rounds,
-                cfg.trainer.seed,
-                drawn,
-                fg.prioritize_half_life,
-                fg.history_max_age if fg.history_baseline else None,
-            )
-            drawn.update(indices)
-            predicted.extend(pred)
-        else:
-            indices, passed = draw_prompts(sampler, size, state.skip if skipping else None)
-            skipped += passed
+        indices, passed = draw_prompts(sampler, size, state.skip if skipping else None)
+        skipped += passed
         prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
         params = SamplingParams(
@@ -737,32 +523,19 @@ def collect_batch(
                     torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
                 )
                 keep = set(kept_group_ids(metric, gidx).tolist())
-            # an all-agreeing group may still disagree with the prompt's recent ones. A collective: every rank
-            # gathers, a rank that drew no prompt this round (gen_batch_size < world size) with nothing to add
-            if fg.history_baseline:
-                for i, g in enumerate(groups):
-                    if i not in keep and (h := state.history_for(g, fg.metric, step, fg.history_max_age)):
-                        groups[i] = replace(g, history=h)
-                        keep.add(i)
-                outcomes = [
-                    (g.rollouts[0].problem_idx, g.metric(fg.metric), [x.reward for x in g.rollouts])
-                    for g in groups
-                ]
-                state.remember(
-                    [o for part in all_gather_objects(outcomes, ctx) for o in part], step, fg.history_max_age
-                )
             kept.extend(g for i, g in enumerate(groups) if i in keep)
             filtered_tokens += sum(
                 x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts
             )
         else:
             kept.extend(groups)
-        if fg.enable and (skipping or fg.prioritize):
+        if fg.enable and skipping:
+            # a collective: a rank that drew no prompt this round (gen_batch_size < world size) joins with nothing
             outcomes = [
                 (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
                 for g in groups
             ]
-            state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg, step)
+            state.record([o for part in all_gather_objects(outcomes, ctx) for o in part], fg)
         round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
         if indices:
             rate = round_kept / len(indices)
@@ -802,14 +575,11 @@ def collect_batch(
     stats |= {
         "train/kept_groups": len(batch),
         "train/carried_groups": sum(g.key[0] == 0 for g in batch),
-        "train/history_baseline_groups": sum(bool(g.history) for g in batch),
         "train/gen_prompts": prompts,
         "train/skipped_prompts": skipped,
     }
     if state.kept_rate is not None:
         stats["train/kept_rate"] = state.kept_rate
-    if predicted:  # what `prioritize` expected of this step's groups; train/all_*_group_ratio say what came
-        stats["train/predicted_unanimous_ratio"] = sum(predicted) / len(predicted)
     return batch, stats | {"time/generate_s": generate_s}
 
 
@@ -965,9 +735,6 @@ def make_train_batch(
 ) -> TrainBatch:
     """Advantages of the shaped scores (`algorithm.adv_estimator`, per group) and this rank's rows of the batch.
 
-    A group with `history` (`history_baseline`) is normalised over its scores and the history's together; only its
-    own responses become rows.
-
     The batch (optionally shuffled by a per-step seeded permutation, the same on every rank) is cut into
     mini-batches of `actor.ppo_mini_batch_size` groups' worth of sequences, as one process would cut it, and each
     mini-batch is split evenly over the ranks, balanced by token count (`shard_minibatches`).
@@ -981,19 +748,10 @@ def make_train_batch(
     """
     ctx = ctx or DistContext()
     rollouts = [x for g in groups for x in g.rollouts]
-    # a group with `history` has its prompt's recent scores pooled into its statistics; they get no row
-    scores = torch.tensor([v for g in groups for v in [x.reward for x in g.rollouts] + list(g.history)])
-    sizes = torch.tensor([len(g.rollouts) + len(g.history) for g in groups])
-    gidx = torch.repeat_interleave(torch.arange(len(groups)), sizes)
-    own = torch.cat([torch.arange(len(g.rollouts) + len(g.history)) < len(g.rollouts) for g in groups])
+    scores = torch.tensor([x.reward for x in rollouts])
+    gidx = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups]))
     estimator = get_adv_estimator(cfg.algorithm.adv_estimator)
-    norm = cfg.algorithm.norm_adv_by_std_in_grpo
-    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=norm)
-    if norm and not cfg.algorithm.filter_groups.history_norm_by_std and any(g.history for g in groups):
-        # `history_norm_by_std=false`: the rows of groups with history are only centred
-        pooled = torch.tensor([bool(g.history) for g in groups])[gidx]
-        adv = torch.where(pooled, estimator(scores, gidx, norm_adv_by_std_in_grpo=False), adv)
-    adv = adv[own]
+    adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
     truncated = torch.tensor([x.truncated for x in rollouts])
     loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
     order = None
