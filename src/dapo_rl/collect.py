@@ -9,8 +9,6 @@ groups locally; only the kept-group count, the statistics and, once per step, th
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,25 +29,6 @@ from dapo_rl.distributed import (
 from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams
 from dapo_rl.rollout.seeds import round_seed
-
-FAULT_ENV = "DAPO_RL_FAULT_AT"
-"""Fault injection for crash tests: a comma-separated list of `<point>:<step>` or `<point>:<step>@<rank>` (only that
-rank). At `rollout` (responses generated, not yet scored), `update` (optimizer steps taken, engine not yet synced,
-nothing written), `checkpoint` (model written to the temporary directory, trainer state not yet) the process SIGKILLs
-itself; `nan_loss` makes that step's advantages NaN, so its loss is NaN. Unset in normal use."""
-
-
-def fault_at(point: str, step: int, rank: int = 0) -> bool:
-    """Whether `DAPO_RL_FAULT_AT` asks for a fault at this point, step and rank (see `FAULT_ENV`)."""
-    spec = os.environ.get(FAULT_ENV, "")
-    items = {x.strip() for x in spec.split(",")} if spec else set()
-    return f"{point}:{step}" in items or f"{point}:{step}@{rank}" in items
-
-
-def crash_point(point: str, step: int, rank: int = 0) -> None:
-    """SIGKILL this process when `DAPO_RL_FAULT_AT` names this point (crash tests)."""
-    if fault_at(point, step, rank):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -277,8 +256,6 @@ def sample_and_score(
     indices: Sequence[int],
     params: SamplingParams,
     overlap: bool = True,
-    step: int = 0,
-    rank: int = 0,
 ) -> tuple[list[list[Rollout]], float]:
     """`sample_groups` then `scorer`, overlapped where the engine yields its round in chunks (`generate_chunks`):
     chunk k is scored in a background thread while chunk k+1 is sampled. Same rollouts, same rewards, in the same
@@ -292,7 +269,6 @@ def sample_and_score(
         t0 = time.perf_counter()
         sampled = sample_groups(engine, dataset, indices, params)
         gen_s = time.perf_counter() - t0
-        crash_point("rollout", step, rank)
         scorer([x for g in sampled for x in g])
         return sampled, gen_s
     from concurrent.futures import ThreadPoolExecutor
@@ -311,7 +287,6 @@ def sample_and_score(
             part = _rollouts(dataset, indices[len(sampled) : len(sampled) + len(outs)], outs)
             sampled.extend(part)
             futures.append(pool.submit(scorer, [x for g in part for x in g]))
-        crash_point("rollout", step, rank)
         for f in futures:
             f.result()
     return sampled, gen_s
@@ -452,7 +427,7 @@ def collect_batch(
         sampler: the training-prompt sampler (advanced by each round's prompts).
         dataset: the training prompts.
         cfg: the run's configuration.
-        step: the RL step (seeds and fault injection).
+        step: the RL step (the sampling seeds).
         ctx: this rank (None: one process).
         log: where a partial-batch note goes.
         state: dynamic sampling's state between steps (None: a fresh one, no carry).
@@ -508,8 +483,6 @@ def collect_batch(
             (ctx.device.type != "cpu" and cfg.reward.num_workers > 0)
             if cfg.reward.overlap is None
             else cfg.reward.overlap,
-            step,
-            ctx.rank,
         )
         generate_s += seconds
         groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]

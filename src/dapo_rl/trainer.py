@@ -33,8 +33,6 @@ from dapo_rl.collect import (
     SamplingState,
     Scorer,
     collect_batch,
-    crash_point,
-    fault_at,
     make_train_batch,
 )
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
@@ -503,11 +501,8 @@ class Trainer:
         )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
-        if fault_at("nan_loss", self.step, ctx.rank):
-            batch.advantages = torch.full_like(batch.advantages, float("nan"))
         self.engine.sleep()
         upd = self.actor.update(batch)
-        crash_point("update", self.step, ctx.rank)
         t2 = time.perf_counter()
         self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
         t3 = time.perf_counter()
