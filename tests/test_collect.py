@@ -159,7 +159,8 @@ def right_with_parity_score(data_source, solution_str, ground_truth, extra_info=
 
 
 def test_step_statistics_by_hand(parts):
-    from dapo_rl.collect import PromptGroup, Rollout, _step_stats
+    from dapo_rl.collect import PromptGroup, Rollout
+    from dapo_rl.collect.loop import _step_stats
 
     s = parts[2].samples[0]
     mk = lambda acc, n, lp: Rollout(s, 0, 0, [1], [5] * n, [lp] * n, acc=acc)  # noqa: E731
@@ -183,29 +184,33 @@ def test_step_statistics_by_hand(parts):
 
 
 def test_round_size_and_skipping_solved_prompts():
-    from dapo_rl.collect import draw_prompts, round_size
+    from dapo_rl.collect import PromptPolicy, SkipPolicy, round_size
 
     assert round_size(32, None, 64) == 64  # no estimate yet: the configured round
     assert round_size(32, 0.45, 64) == 64  # ceil(32 / 0.45) = 72, capped
     assert round_size(20, 0.5, 64) == 40
     assert round_size(3, 0.45, 64) == 16  # ceil(6.7) = 7, raised to a quarter of 64
     assert round_size(3, 0.45, 64, world_size=32) == 32
-    sampler = EpochSampler(10, shuffle=False)
-    skip = {1: 1, 2: 2}
-    assert draw_prompts(sampler, 4, skip) == ([0, 3, 4, 5], 2)
-    assert skip == {2: 1}  # 1 used its only skip; 2 has one left
-    assert draw_prompts(sampler, 4, skip) == ([6, 7, 8, 9], 0)
-    assert draw_prompts(sampler, 3, skip) == ([0, 1, 3], 1) and skip == {}  # epoch 2: 2 skipped a last time
-    everything = {i: 5 for i in range(10)}
-    got, passed = draw_prompts(EpochSampler(10, shuffle=False), 3, everything)
+    adaptive = PromptPolicy(adaptive=True)
+    assert adaptive.round_size(3, 64) == 64  # no estimate yet
+    adaptive.record(drawn=8, kept=4)
+    adaptive.record(drawn=10, kept=0)  # 0.7 * 0.5 + 0.3 * 0 = 0.35
+    assert adaptive.kept_rate == pytest.approx(0.35) and adaptive.round_size(20, 64) == 58  # ceil(57.1)
+    assert PromptPolicy().round_size(3, 64) == 64  # not adaptive: the configured round
+    sampler, policy = EpochSampler(10, shuffle=False), SkipPolicy(skip_solved=1)
+    policy.skip = {1: 1, 2: 2}
+    assert policy.draw(sampler, 4) == ([0, 3, 4, 5], 2)
+    assert policy.skip == {2: 1}  # 1 used its only skip; 2 has one left
+    assert policy.draw(sampler, 4) == ([6, 7, 8, 9], 0)
+    assert policy.draw(sampler, 3) == ([0, 1, 3], 1) and policy.skip == {}  # epoch 2: 2 skipped a last time
+    policy.skip = {i: 5 for i in range(10)}
+    got, passed = policy.draw(EpochSampler(10, shuffle=False), 3)
     assert passed == 10 and got == [0, 1, 2]  # all solved: one epoch looked at, then re-checked early
-    assert draw_prompts(EpochSampler(10, shuffle=False), 2, None) == ([0, 1], 0)
+    assert PromptPolicy().draw(EpochSampler(10, shuffle=False), 2) == ([0, 1], 0)
 
 
 def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
-
     with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         cfg = _cfg("first_byte_parity", "data.gen_batch_size=16")  # ~8 groups kept per round, 4 wanted
@@ -219,12 +224,12 @@ def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
         cfg = _cfg(
             "first_byte_parity", "data.gen_batch_size=16", "algorithm.filter_groups.carry_surplus=true"
         )
-        state, sampler = SamplingState(), EpochSampler(len(ds), seed=3)
-        first, s1 = collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
+        carry, sampler = [], EpochSampler(len(ds), seed=3)
+        first, s1 = collect_batch(engine, scorer, sampler, ds, cfg, step=1, carry=carry)
         assert [g.key for g in first] == [g.key for g in plain]  # the same rounds, the same batch
-        assert len(state.carry) == kept_round - 4 and s1["train/gen_tokens_surplus_ratio"] == 0.0
-        carried = [g.rollouts[0].problem_idx for g in state.carry]
-        second, s2 = collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
+        assert len(carry) == kept_round - 4 and s1["train/gen_tokens_surplus_ratio"] == 0.0
+        carried = [g.rollouts[0].problem_idx for g in carry]
+        second, s2 = collect_batch(engine, scorer, sampler, ds, cfg, step=2, carry=carry)
     n_carried = min(len(carried), 4)
     assert [g.rollouts[0].problem_idx for g in second[:n_carried]] == carried[:n_carried]
     assert [g.key for g in second[:n_carried]] == [(0, i) for i in range(n_carried)]
@@ -238,7 +243,7 @@ def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
 def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
     """Carried groups filled the batch: no accuracy, length or truncation share of 0 (the curves would dip and
     CAMPO's saturation window would average the zeros); the counts say 0."""
-    from dapo_rl.collect import _step_stats
+    from dapo_rl.collect.loop import _step_stats
     from dapo_rl.distributed import DistContext
 
     assert _step_stats([], 0, 0, DistContext()) == {
@@ -252,7 +257,7 @@ def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
 
 def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
+    from dapo_rl.collect import SkipPolicy, prompt_policy
 
     cfg = _cfg(
         "first_byte_is_digit",
@@ -261,10 +266,11 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
         "algorithm.filter_groups.on_exhausted=partial",
         "algorithm.filter_groups.max_num_gen_batches=3",
     )
-    state = SamplingState(kept_rate=0.5)
+    policy = prompt_policy(cfg.algorithm.filter_groups)
+    policy.kept_rate = 0.5
     with RewardPool(f"{__name__}:first_byte_is_digit", num_workers=0) as pool:
         sampler = EpochSampler(len(ds), seed=0)
-        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, state=state)
+        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, policy=policy)
     # round 1: ceil(4 / 0.5) = 8 prompts; the running rate then falls, so later rounds grow toward 16
     assert stats["train/gen_prompts"] == sampler.pos >= 8
     assert stats["train/kept_rate"] < 0.5
@@ -275,52 +281,58 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
         "algorithm.filter_groups.skip_solved=2",
         "algorithm.filter_groups.metric=score",
     )
-    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    policy, sampler = prompt_policy(solved_cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
+    assert isinstance(policy, SkipPolicy)
     with RewardPool(f"{__name__}:right_with_parity_score", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
-        collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, state=state)
-        assert state.skip == {i: 2 for i in range(8)}
+        collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, policy=policy)
+        assert policy.skip == {i: 2 for i in range(8)}
         sampler.pos = 0  # the same prompts come up again: passed over once each, the next 8 sampled instead
-        _, stats = collect_batch(engine, scorer, sampler, ds, solved_cfg, step=2, state=state)
+        _, stats = collect_batch(engine, scorer, sampler, ds, solved_cfg, step=2, policy=policy)
     assert stats["train/skipped_prompts"] == 8 and sampler.pos == 16
-    assert state.skip == {i: 1 for i in range(8)} | {i: 2 for i in range(8, 16)}
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert restored.skip == state.skip and restored.carry == []
+    assert policy.skip == {i: 1 for i in range(8)} | {i: 2 for i in range(8, 16)}
+    restored = prompt_policy(solved_cfg.algorithm.filter_groups)
+    restored.load_state_dict(policy.state_dict())
+    assert (restored.skip, restored.kept_rate) == (policy.skip, policy.kept_rate)
 
 
 def test_skip_unsolved_and_backoff_by_hand():
-    from dapo_rl.collect import SKIP_BACKOFF_CAP, SamplingState
-    from dapo_rl.config import FilterGroupsConfig
+    from dapo_rl.collect import SkipPolicy
+    from dapo_rl.collect.prompt_policy import SKIP_BACKOFF_CAP
 
-    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3)
-    state = SamplingState()
-    state.record([(5, 8, 8), (6, 0, 8), (7, 4, 8)], fg)
-    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
-    state.record([(5, 8, 8), (6, 0, 8)], fg)  # no backoff: the same skips again
-    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 2, 6: 2}
-    back = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True)
-    state.record(
-        [(5, 0, 8), (6, 3, 8)], back
+    policy = SkipPolicy(skip_solved=2, skip_unsolved=3)
+    policy.record(3, 1, [(5, 8, 8), (6, 0, 8), (7, 4, 8)])
+    assert policy.skip == {5: 2, 6: 3} and policy.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
+    assert policy.kept_rate == pytest.approx(1 / 3)
+    policy.record(2, 0, [(5, 8, 8), (6, 0, 8)])  # no backoff: the same skips again
+    assert policy.skip == {5: 2, 6: 3} and policy.streak == {5: 2, 6: 2}
+    policy.backoff = True
+    policy.record(
+        2, 1, [(5, 0, 8), (6, 3, 8)]
     )  # 5's third zero-variance group in a row (now all wrong): 3 * 2**2
-    assert state.skip[5] == 12 and state.streak == {
+    assert policy.skip[5] == 12 and policy.streak == {
         5: 3
     }  # 6 mixed: its record cleared (its pending skip stays)
-    state.record([(6, 8, 8)], back)
-    assert state.skip[6] == 2 and state.streak[6] == 1
+    policy.record(1, 0, [(6, 8, 8)])
+    assert policy.skip[6] == 2 and policy.streak[6] == 1
     for _ in range(12):
-        state.record([(5, 8, 8)], back)
-    assert state.streak[5] == 15 and state.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
-    state.record([(9, 0, 8)], FilterGroupsConfig(skip_solved=2))  # skip_unsolved off: all-wrong is not noted
-    assert 9 not in state.skip and 9 not in state.streak
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert (restored.skip, restored.streak) == (state.skip, state.streak)
+        policy.record(1, 0, [(5, 8, 8)])
+    assert policy.streak[5] == 15 and policy.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
+    solved_only = SkipPolicy(skip_solved=2)
+    solved_only.record(1, 0, [(9, 0, 8)])  # skip_unsolved off: all-wrong is not noted
+    assert solved_only.skip == {} and solved_only.streak == {}
+    restored = SkipPolicy(skip_solved=2, skip_unsolved=3, backoff=True)
+    restored.load_state_dict(policy.state_dict())
+    assert (restored.skip, restored.streak, restored.kept_rate) == (
+        policy.skip,
+        policy.streak,
+        policy.kept_rate,
+    )
 
 
 def test_skip_unsolved_in_collect_batch(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState, draw_prompts
+    from dapo_rl.collect import prompt_policy
 
     cfg = _cfg(
         "always_wrong",
@@ -329,27 +341,25 @@ def test_skip_unsolved_in_collect_batch(parts):
         "algorithm.filter_groups.on_exhausted=partial",
         "algorithm.filter_groups.max_num_gen_batches=2",
     )
-    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    policy, sampler = prompt_policy(cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
     with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         with pytest.raises(DynamicSamplingExhausted):  # nothing kept: not even a partial batch
-            collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
-        assert state.skip == {i: 1 for i in range(16)} and state.streak == {i: 1 for i in range(16)}
+            collect_batch(engine, scorer, sampler, ds, cfg, step=1, policy=policy)
+        assert policy.skip == {i: 1 for i in range(16)} and policy.streak == {i: 1 for i in range(16)}
         sampler.pos = 0  # prompts 0-15 come up again: each passed over once, 16-31 sampled in their place
         with pytest.raises(DynamicSamplingExhausted):
-            collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
-    assert sampler.pos == 32 and state.skip == {i: 1 for i in range(16, 32)}
+            collect_batch(engine, scorer, sampler, ds, cfg, step=2, policy=policy)
+    assert sampler.pos == 32 and policy.skip == {i: 1 for i in range(16, 32)}
     sampler.pos = 0
-    indices, skipped = draw_prompts(
-        sampler, 8, state.skip
-    )  # 0-15 were passed over once: their skips are used up
+    indices, skipped = policy.draw(sampler, 8)  # 0-15 were passed over once: their skips are used up
     assert indices == list(range(8)) and skipped == 0
 
 
 def test_a_sampling_state_saved_with_the_removed_options_fields_still_loads():
-    """A checkpoint of dapo-rl before 2026-12-03 also saved `prioritize`'s and `history_baseline`'s fields (`last`,
-    `first_unanimous`, `first_drawn`, `previous`): they load and are dropped."""
-    from dapo_rl.collect import SamplingState
+    """A checkpoint of dapo-rl before 2026-12-03 saved `SamplingState`, with `prioritize`'s and `history_baseline`'s
+    fields (`last`, `first_unanimous`, `first_drawn`, `previous`) too: the prompt policies load it and drop those."""
+    from dapo_rl.collect import PromptPolicy, SkipPolicy
 
     old = {
         "kept_rate": 0.4,
@@ -360,7 +370,10 @@ def test_a_sampling_state_saved_with_the_removed_options_fields_still_loads():
         "first_drawn": 12,
         "previous": {"3": [[5, [1.0] * 8, [1.0] * 8]]},
     }
-    state = SamplingState()
-    state.load_state_dict(old)
-    assert (state.kept_rate, state.skip, state.streak) == (0.4, {3: 2}, {3: 1})
-    assert state.state_dict() == {"kept_rate": 0.4, "skip": {"3": 2}, "streak": {"3": 1}}
+    skips = SkipPolicy(skip_solved=4, skip_unsolved=4, backoff=True)
+    skips.load_state_dict(old)
+    assert (skips.kept_rate, skips.skip, skips.streak) == (0.4, {3: 2}, {3: 1})
+    assert skips.state_dict() == {"kept_rate": 0.4, "skip": {"3": 2}, "streak": {"3": 1}}
+    plain = PromptPolicy()
+    plain.load_state_dict(old)
+    assert plain.state_dict() == {"kept_rate": 0.4}

@@ -30,10 +30,11 @@ from dapo_rl.checkpoint import (
 )
 from dapo_rl.collect import (
     DynamicSamplingExhausted,
-    SamplingState,
+    PromptGroup,
     Scorer,
     collect_batch,
     make_train_batch,
+    prompt_policy,
 )
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import (
@@ -106,7 +107,9 @@ class Trainer:
         self.step = 0
         self.bad_streak = 0
         self.gen_samples_total = 0
-        self.sampling_state = SamplingState()
+        self.prompt_policy = prompt_policy(cfg.algorithm.filter_groups)  # checkpointed as "dynamic_sampling"
+        # `carry_surplus`: kept groups for the next step (not checkpointed: a resumed run starts without them)
+        self.carry: list[PromptGroup] = []
         self._check_split()
         check_trackers(cfg.trainer.logger)
         try:
@@ -426,7 +429,7 @@ class Trainer:
         self.step = int(state["step"])
         self.bad_streak = int(state.get("bad_streak", 0))
         self.gen_samples_total = int(state.get("gen_samples_total", 0))
-        self.sampling_state.load_state_dict(state.get("dynamic_sampling", {}))
+        self.prompt_policy.load_state_dict(state.get("dynamic_sampling", {}))
         if self.campo is not None:
             try:
                 self.campo.load_state_dict(state.get("campo", {}))
@@ -497,7 +500,8 @@ class Trainer:
             self.step,
             ctx,
             self.log,
-            self.sampling_state,
+            self.prompt_policy,
+            self.carry,
         )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
@@ -662,7 +666,7 @@ class Trainer:
             "bad_streak": self.bad_streak,
             "gen_samples_total": self.gen_samples_total,
             "sampler": self.sampler.state_dict(),
-            "dynamic_sampling": self.sampling_state.state_dict(),
+            "dynamic_sampling": self.prompt_policy.state_dict(),
             "campo": self.campo.state_dict() if self.campo is not None else {},
         }
         try:
