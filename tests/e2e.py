@@ -10,11 +10,18 @@ from pathlib import Path
 import pytest
 
 FAULT = "DAPO_RL_FAULT_AT"
+"""Faults for a crash test to inject (`tests/faultinject/sitecustomize.py` says which and where)."""
+
+FAULTINJECT = Path(__file__).resolve().parent / "faultinject"
 
 
 def dapo(*args, cwd=None, env_extra=None):
-    """Run `python -m dapo_rl.cli ARGS` and return the completed process (text output captured)."""
+    """Run `python -m dapo_rl.cli ARGS` and return the completed process (text output captured). With `FAULT` in
+    `env_extra`, the child (and its ranks) also get `tests/faultinject` first on `PYTHONPATH`, which installs the
+    faults."""
     env = dict(os.environ, **(env_extra or {}))
+    if FAULT in (env_extra or {}):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULTINJECT), env.get("PYTHONPATH", "")) if p)
     return subprocess.run(
         [sys.executable, "-m", "dapo_rl.cli", *args],
         capture_output=True,

@@ -49,12 +49,6 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         "grpo_512",
         "dapo_512",
         "dapo_zero_waste_512",
-        "dapo_zero_waste_pred_512",
-        "dapo_zero_waste_prio_512",
-        "dapo_zero_waste_hist_512",
-        "dapo_zero_waste_histdr_512",
-        "dapo_zero_waste_hist96_512",
-        "dapo_zero_waste_hist96dr_512",
     ]
     for name in ("ladder", "loss_variants", "zero_waste", "overlong_buffer", "zero_waste_epochs"):
         check_rows(load_spec(name), [])  # every shipped row's settings load and validate

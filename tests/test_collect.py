@@ -1,8 +1,6 @@
 """Batch collection without a Trainer: the real tiny model through the transformers engine, a real reward pool and
 the real sampler; dynamic sampling, the training batch and its split over ranks."""
 
-import math
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -161,7 +159,8 @@ def right_with_parity_score(data_source, solution_str, ground_truth, extra_info=
 
 
 def test_step_statistics_by_hand(parts):
-    from dapo_rl.collect import PromptGroup, Rollout, _step_stats
+    from dapo_rl.collect import PromptGroup, Rollout
+    from dapo_rl.collect.loop import _step_stats
 
     s = parts[2].samples[0]
     mk = lambda acc, n, lp: Rollout(s, 0, 0, [1], [5] * n, [lp] * n, acc=acc)  # noqa: E731
@@ -185,29 +184,33 @@ def test_step_statistics_by_hand(parts):
 
 
 def test_round_size_and_skipping_solved_prompts():
-    from dapo_rl.collect import draw_prompts, round_size
+    from dapo_rl.collect import PromptPolicy, SkipPolicy, round_size
 
     assert round_size(32, None, 64) == 64  # no estimate yet: the configured round
     assert round_size(32, 0.45, 64) == 64  # ceil(32 / 0.45) = 72, capped
     assert round_size(20, 0.5, 64) == 40
     assert round_size(3, 0.45, 64) == 16  # ceil(6.7) = 7, raised to a quarter of 64
     assert round_size(3, 0.45, 64, world_size=32) == 32
-    sampler = EpochSampler(10, shuffle=False)
-    skip = {1: 1, 2: 2}
-    assert draw_prompts(sampler, 4, skip) == ([0, 3, 4, 5], 2)
-    assert skip == {2: 1}  # 1 used its only skip; 2 has one left
-    assert draw_prompts(sampler, 4, skip) == ([6, 7, 8, 9], 0)
-    assert draw_prompts(sampler, 3, skip) == ([0, 1, 3], 1) and skip == {}  # epoch 2: 2 skipped a last time
-    everything = {i: 5 for i in range(10)}
-    got, passed = draw_prompts(EpochSampler(10, shuffle=False), 3, everything)
+    adaptive = PromptPolicy(adaptive=True)
+    assert adaptive.round_size(3, 64) == 64  # no estimate yet
+    adaptive.record(drawn=8, kept=4)
+    adaptive.record(drawn=10, kept=0)  # 0.7 * 0.5 + 0.3 * 0 = 0.35
+    assert adaptive.kept_rate == pytest.approx(0.35) and adaptive.round_size(20, 64) == 58  # ceil(57.1)
+    assert PromptPolicy().round_size(3, 64) == 64  # not adaptive: the configured round
+    sampler, policy = EpochSampler(10, shuffle=False), SkipPolicy(skip_solved=1)
+    policy.skip = {1: 1, 2: 2}
+    assert policy.draw(sampler, 4) == ([0, 3, 4, 5], 2)
+    assert policy.skip == {2: 1}  # 1 used its only skip; 2 has one left
+    assert policy.draw(sampler, 4) == ([6, 7, 8, 9], 0)
+    assert policy.draw(sampler, 3) == ([0, 1, 3], 1) and policy.skip == {}  # epoch 2: 2 skipped a last time
+    policy.skip = {i: 5 for i in range(10)}
+    got, passed = policy.draw(EpochSampler(10, shuffle=False), 3)
     assert passed == 10 and got == [0, 1, 2]  # all solved: one epoch looked at, then re-checked early
-    assert draw_prompts(EpochSampler(10, shuffle=False), 2, None) == ([0, 1], 0)
+    assert PromptPolicy().draw(EpochSampler(10, shuffle=False), 2) == ([0, 1], 0)
 
 
 def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
-
     with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         cfg = _cfg("first_byte_parity", "data.gen_batch_size=16")  # ~8 groups kept per round, 4 wanted
@@ -221,12 +224,12 @@ def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
         cfg = _cfg(
             "first_byte_parity", "data.gen_batch_size=16", "algorithm.filter_groups.carry_surplus=true"
         )
-        state, sampler = SamplingState(), EpochSampler(len(ds), seed=3)
-        first, s1 = collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
+        carry, sampler = [], EpochSampler(len(ds), seed=3)
+        first, s1 = collect_batch(engine, scorer, sampler, ds, cfg, step=1, carry=carry)
         assert [g.key for g in first] == [g.key for g in plain]  # the same rounds, the same batch
-        assert len(state.carry) == kept_round - 4 and s1["train/gen_tokens_surplus_ratio"] == 0.0
-        carried = [g.rollouts[0].problem_idx for g in state.carry]
-        second, s2 = collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
+        assert len(carry) == kept_round - 4 and s1["train/gen_tokens_surplus_ratio"] == 0.0
+        carried = [g.rollouts[0].problem_idx for g in carry]
+        second, s2 = collect_batch(engine, scorer, sampler, ds, cfg, step=2, carry=carry)
     n_carried = min(len(carried), 4)
     assert [g.rollouts[0].problem_idx for g in second[:n_carried]] == carried[:n_carried]
     assert [g.key for g in second[:n_carried]] == [(0, i) for i in range(n_carried)]
@@ -240,7 +243,7 @@ def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
 def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
     """Carried groups filled the batch: no accuracy, length or truncation share of 0 (the curves would dip and
     CAMPO's saturation window would average the zeros); the counts say 0."""
-    from dapo_rl.collect import _step_stats
+    from dapo_rl.collect.loop import _step_stats
     from dapo_rl.distributed import DistContext
 
     assert _step_stats([], 0, 0, DistContext()) == {
@@ -254,7 +257,7 @@ def test_a_step_that_generated_nothing_logs_counts_not_zero_means():
 
 def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
+    from dapo_rl.collect import SkipPolicy, prompt_policy
 
     cfg = _cfg(
         "first_byte_is_digit",
@@ -263,10 +266,11 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
         "algorithm.filter_groups.on_exhausted=partial",
         "algorithm.filter_groups.max_num_gen_batches=3",
     )
-    state = SamplingState(kept_rate=0.5)
+    policy = prompt_policy(cfg.algorithm.filter_groups)
+    policy.kept_rate = 0.5
     with RewardPool(f"{__name__}:first_byte_is_digit", num_workers=0) as pool:
         sampler = EpochSampler(len(ds), seed=0)
-        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, state=state)
+        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, policy=policy)
     # round 1: ceil(4 / 0.5) = 8 prompts; the running rate then falls, so later rounds grow toward 16
     assert stats["train/gen_prompts"] == sampler.pos >= 8
     assert stats["train/kept_rate"] < 0.5
@@ -277,87 +281,58 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
         "algorithm.filter_groups.skip_solved=2",
         "algorithm.filter_groups.metric=score",
     )
-    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    policy, sampler = prompt_policy(solved_cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
+    assert isinstance(policy, SkipPolicy)
     with RewardPool(f"{__name__}:right_with_parity_score", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
-        collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, state=state)
-        assert state.skip == {i: 2 for i in range(8)}
+        collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, policy=policy)
+        assert policy.skip == {i: 2 for i in range(8)}
         sampler.pos = 0  # the same prompts come up again: passed over once each, the next 8 sampled instead
-        _, stats = collect_batch(engine, scorer, sampler, ds, solved_cfg, step=2, state=state)
+        _, stats = collect_batch(engine, scorer, sampler, ds, solved_cfg, step=2, policy=policy)
     assert stats["train/skipped_prompts"] == 8 and sampler.pos == 16
-    assert state.skip == {i: 1 for i in range(8)} | {i: 2 for i in range(8, 16)}
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert restored.skip == state.skip and restored.carry == []
+    assert policy.skip == {i: 1 for i in range(8)} | {i: 2 for i in range(8, 16)}
+    restored = prompt_policy(solved_cfg.algorithm.filter_groups)
+    restored.load_state_dict(policy.state_dict())
+    assert (restored.skip, restored.kept_rate) == (policy.skip, policy.kept_rate)
 
 
 def test_skip_unsolved_and_backoff_by_hand():
-    from dapo_rl.collect import SKIP_BACKOFF_CAP, SamplingState
-    from dapo_rl.config import FilterGroupsConfig
+    from dapo_rl.collect import SkipPolicy
+    from dapo_rl.collect.prompt_policy import SKIP_BACKOFF_CAP
 
-    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3)
-    state = SamplingState()
-    state.record([(5, 8, 8), (6, 0, 8), (7, 4, 8)], fg)
-    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
-    state.record([(5, 8, 8), (6, 0, 8)], fg)  # no backoff: the same skips again
-    assert state.skip == {5: 2, 6: 3} and state.streak == {5: 2, 6: 2}
-    back = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True)
-    state.record(
-        [(5, 0, 8), (6, 3, 8)], back
+    policy = SkipPolicy(skip_solved=2, skip_unsolved=3)
+    policy.record(3, 1, [(5, 8, 8), (6, 0, 8), (7, 4, 8)])
+    assert policy.skip == {5: 2, 6: 3} and policy.streak == {5: 1, 6: 1}  # 7: mixed, kept, no skip
+    assert policy.kept_rate == pytest.approx(1 / 3)
+    policy.record(2, 0, [(5, 8, 8), (6, 0, 8)])  # no backoff: the same skips again
+    assert policy.skip == {5: 2, 6: 3} and policy.streak == {5: 2, 6: 2}
+    policy.backoff = True
+    policy.record(
+        2, 1, [(5, 0, 8), (6, 3, 8)]
     )  # 5's third zero-variance group in a row (now all wrong): 3 * 2**2
-    assert state.skip[5] == 12 and state.streak == {
+    assert policy.skip[5] == 12 and policy.streak == {
         5: 3
     }  # 6 mixed: its record cleared (its pending skip stays)
-    state.record([(6, 8, 8)], back)
-    assert state.skip[6] == 2 and state.streak[6] == 1
+    policy.record(1, 0, [(6, 8, 8)])
+    assert policy.skip[6] == 2 and policy.streak[6] == 1
     for _ in range(12):
-        state.record([(5, 8, 8)], back)
-    assert state.streak[5] == 15 and state.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
-    state.record([(9, 0, 8)], FilterGroupsConfig(skip_solved=2))  # skip_unsolved off: all-wrong is not noted
-    assert 9 not in state.skip and 9 not in state.streak
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert (restored.skip, restored.streak) == (state.skip, state.streak)
-
-
-def test_unanimous_chance_by_hand():
-    from dapo_rl.collect import unanimous_chance
-
-    # 8 of 8 right: a = 8.5, b = 0.5; E[p^8] = prod_{k<8} (8.5 + k) / (9 + k) = 0.712646, E[(1-p)^8] =
-    # prod_{k<8} (0.5 + k) / (9 + k) = 1.6e-5 (the same product with a and b swapped)
-    hi = math.prod((8.5 + k) / (9 + k) for k in range(8))
-    lo = math.prod((0.5 + k) / (9 + k) for k in range(8))
-    assert unanimous_chance(8, 8) == pytest.approx(hi + lo, rel=1e-12) == pytest.approx(0.71266, abs=1e-5)
-    assert unanimous_chance(0, 8) == pytest.approx(unanimous_chance(8, 8), rel=1e-12)  # symmetric
-    # 4 of 8: a = b = 4.5; 2 * prod_{k<8} (4.5 + k) / (9 + k)
-    assert unanimous_chance(4, 8) == pytest.approx(
-        2 * math.prod((4.5 + k) / (9 + k) for k in range(8)), rel=1e-12
+        policy.record(1, 0, [(5, 8, 8)])
+    assert policy.streak[5] == 15 and policy.skip[5] == 2 * SKIP_BACKOFF_CAP == 128
+    solved_only = SkipPolicy(skip_solved=2)
+    solved_only.record(1, 0, [(9, 0, 8)])  # skip_unsolved off: all-wrong is not noted
+    assert solved_only.skip == {} and solved_only.streak == {}
+    restored = SkipPolicy(skip_solved=2, skip_unsolved=3, backoff=True)
+    restored.load_state_dict(policy.state_dict())
+    assert (restored.skip, restored.streak, restored.kept_rate) == (
+        policy.skip,
+        policy.streak,
+        policy.kept_rate,
     )
-    assert unanimous_chance(1, 2, next_n=1) == pytest.approx(
-        1.0, abs=1e-12
-    )  # one response is always "unanimous"
-    assert unanimous_chance(4, 8) < unanimous_chance(2, 8) < unanimous_chance(1, 8) < unanimous_chance(0, 8)
-    with pytest.raises(ValueError, match="9 correct of 8"):
-        unanimous_chance(9, 8)
-
-
-def test_skip_predicted_skips_kept_groups_by_hand():
-    from dapo_rl.collect import SamplingState
-    from dapo_rl.config import FilterGroupsConfig
-
-    fg = FilterGroupsConfig(skip_solved=2, skip_unsolved=3, skip_backoff=True, skip_predicted=0.3)
-    state = SamplingState()
-    state.streak = {1: 2}
-    # 7/8 right: chance 0.345 >= 0.3, mostly right -> skip_solved; 1/8: -> skip_unsolved; 2/8 (0.156) and 4/8: kept
-    state.record([(1, 7, 8), (2, 1, 8), (3, 2, 8), (4, 4, 8)], fg)
-    assert state.skip == {1: 2, 2: 3} and state.streak == {}  # a kept group clears the record, no backoff
-    state.record([(5, 7, 8)], FilterGroupsConfig(skip_unsolved=3, skip_predicted=0.3))  # skip_solved off
-    assert 5 not in state.skip
 
 
 def test_skip_unsolved_in_collect_batch(parts):
     tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState, draw_prompts
+    from dapo_rl.collect import prompt_policy
 
     cfg = _cfg(
         "always_wrong",
@@ -366,272 +341,39 @@ def test_skip_unsolved_in_collect_batch(parts):
         "algorithm.filter_groups.on_exhausted=partial",
         "algorithm.filter_groups.max_num_gen_batches=2",
     )
-    state, sampler = SamplingState(), EpochSampler(len(ds), shuffle=False)
+    policy, sampler = prompt_policy(cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
     with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
         scorer = Scorer(tok, pool, 6)
         with pytest.raises(DynamicSamplingExhausted):  # nothing kept: not even a partial batch
-            collect_batch(engine, scorer, sampler, ds, cfg, step=1, state=state)
-        assert state.skip == {i: 1 for i in range(16)} and state.streak == {i: 1 for i in range(16)}
+            collect_batch(engine, scorer, sampler, ds, cfg, step=1, policy=policy)
+        assert policy.skip == {i: 1 for i in range(16)} and policy.streak == {i: 1 for i in range(16)}
         sampler.pos = 0  # prompts 0-15 come up again: each passed over once, 16-31 sampled in their place
         with pytest.raises(DynamicSamplingExhausted):
-            collect_batch(engine, scorer, sampler, ds, cfg, step=2, state=state)
-    assert sampler.pos == 32 and state.skip == {i: 1 for i in range(16, 32)}
+            collect_batch(engine, scorer, sampler, ds, cfg, step=2, policy=policy)
+    assert sampler.pos == 32 and policy.skip == {i: 1 for i in range(16, 32)}
     sampler.pos = 0
-    indices, skipped = draw_prompts(
-        sampler, 8, state.skip
-    )  # 0-15 were passed over once: their skips are used up
+    indices, skipped = policy.draw(sampler, 8)  # 0-15 were passed over once: their skips are used up
     assert indices == list(range(8)) and skipped == 0
 
 
-def test_prioritized_draws_by_hand():
-    """`prioritize`: predictions from each prompt's last group, aged toward the never-drawn share; lowest first."""
-    from dapo_rl.collect import (
-        SamplingState,
-        draw_prioritized,
-        predicted_unanimous,
-        unanimous_chance,
-    )
-    from dapo_rl.config import FilterGroupsConfig
+def test_a_sampling_state_saved_with_the_removed_options_fields_still_loads():
+    """A checkpoint of dapo-rl before 2026-12-03 saved `SamplingState`, with `prioritize`'s and `history_baseline`'s
+    fields (`last`, `first_unanimous`, `first_drawn`, `previous`) too: the prompt policies load it and drop those."""
+    from dapo_rl.collect import PromptPolicy, SkipPolicy
 
-    q4, q3, q0 = unanimous_chance(4, 8), unanimous_chance(3, 8), unanimous_chance(0, 8)
-    assert (round(q4, 3), round(q3, 3), round(q0, 3)) == (0.045, 0.070, 0.713)
-    state = SamplingState(last={0: (4, 8, 10), 1: (0, 8, 10), 2: (3, 8, 2)}, first_unanimous=0.4)
-    pred, u = predicted_unanimous(state, 5, step=10, half_life=8.0)
-    # prompt 2 was drawn 8 steps ago, one half-life: halfway from 0.070 back to 0.4
-    assert u == 0.4
-    assert pred.tolist() == pytest.approx([q4, q0, 0.4 + (q3 - 0.4) / 2, 0.4, 0.4])
-    first, p1 = draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)
-    assert first[:2] == [0, 2] and first[2] in (3, 4)  # 3 and 4 tie at 0.4: a seeded coin
-    assert p1 == pytest.approx([q4, 0.4 + (q3 - 0.4) / 2, 0.4])
-    assert draw_prioritized(state, 5, 3, 10, 1, 0, set(), 8.0)[0] == first  # same seed, step, round
-    other = 7 - first[2]
-    # later in the step: prompts not yet drawn come first, then the drawn ones again, lowest first
-    assert draw_prioritized(state, 5, 3, 10, 2, 0, set(first), 8.0)[0] == [other, 1, 0]
-
-    fg = FilterGroupsConfig(prioritize=True)
-    fresh = SamplingState()
-    fresh.record([(7, 0, 8), (8, 4, 8)], fg, step=3)
-    assert fresh.first_unanimous == 0.5 and fresh.first_drawn == 2  # mean of 1 and 0
-    fresh.record([(7, 8, 8)], fg, step=5)  # drawn before: its record moves, the first-draw share does not
-    assert fresh.last == {7: (8, 8, 5), 8: (4, 8, 3)} and fresh.first_unanimous == 0.5
-    assert fresh.skip == {} and fresh.streak == {}
-    restored = SamplingState()
-    restored.load_state_dict(fresh.state_dict())
-    assert (restored.last, restored.first_unanimous, restored.first_drawn) == (fresh.last, 0.5, 2)
-
-
-def test_prioritized_draws_in_collect_batch(parts):
-    """Two steps of `prioritize` with the real tiny model: each prompt at most once a step, every outcome noted."""
-    tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState, predicted_unanimous
-
-    cfg = _cfg(
-        "first_byte_parity",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    seen = []
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in (1, 2):
-            before = dict(state.last)
-            expected, _ = predicted_unanimous(state, len(ds), step, 8.0)
-            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            drawn = [i for i, (_, _, at) in state.last.items() if at == step]
-            assert len(drawn) == stats["train/gen_prompts"]  # no prompt twice in a step
-            kept = [g.rollouts[0].problem_idx for g in groups]
-            assert len(set(kept)) == len(kept) and set(kept) <= set(drawn)
-            # the step's first round took the prompts with the lowest predictions: none drawn was worse than the
-            # best prompt left out of it
-            first_round = sorted(drawn, key=lambda i: expected[i].item())[:8]
-            left_out = [i for i in range(len(ds)) if i not in drawn]
-            assert max(expected[i].item() for i in first_round) <= min(expected[i].item() for i in left_out)
-            assert 0.0 <= stats["train/predicted_unanimous_ratio"] <= 1.0
-            for i in drawn:
-                c, n, _ = state.last[i]
-                assert n == 4 and 0 <= c <= 4
-            seen.append((before, drawn))
-    assert sampler.pos == 0  # prioritised draws do not walk the epoch order
-    assert state.first_drawn == len(set(seen[0][1]) | set(seen[1][1]))
-
-
-def test_prioritized_draws_leave_out_the_carried_prompts(parts):
-    """With `carry_surplus`, a prompt whose kept group is carried into the step is not drawn again in it, although
-    its mixed last group makes it the best candidate."""
-    tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
-
-    cfg = _cfg(
-        "first_byte_parity",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.carry_surplus=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in (1, 2, 3):
-            carried = [g.rollouts[0].problem_idx for g in state.carry]
-            groups, _ = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            prompts = [g.rollouts[0].problem_idx for g in groups]
-            assert len(set(prompts)) == len(prompts)  # no prompt twice in a batch
-            for i in carried:  # drawn a step before, not this step
-                assert state.last[i][2] == step - 1
-            if carried:
-                break
-    assert carried, "no step carried a group: the test did not test the carry"
-
-
-def _mixed_and_pooled(ds, mixed: list[float]) -> list:
-    """A group with rewards `mixed`, then an all-correct group of 4 with history (1, -1, -1, 1), both on sample 0."""
-    from dapo_rl.collect import PromptGroup, Rollout
-
-    mk = lambda r: Rollout(ds.samples[0], 0, 0, [1, 2], [5, 6, 7], [-0.1] * 3, reward=r, acc=r > 0)  # noqa: E731
-    return [
-        PromptGroup((1, 0), [mk(r) for r in mixed]),
-        PromptGroup((1, 1), [mk(1.0)] * 4, history=(1.0, -1.0, -1.0, 1.0)),
-    ]
-
-
-def test_history_baseline_pools_the_previous_group_by_hand(parts):
-    """An all-correct group [1, 1, 1, 1] pooled with its prompt's previous group [1, -1, -1, 1]: the 8 scores have
-    mean 0.5 and unbiased std sqrt(6 / 7) = 0.92582, so each of the 4 new responses gets 0.5 / 0.92582 = 0.54006
-    (Dr. GRPO, no std: 0.5); a mixed group beside it, [1, -1, -1, -1], keeps its own GRPO advantages
-    [1.5, -0.5, -0.5, -0.5] (mean -0.5, std 1). The history adds no rows."""
-    tok, _, ds = parts
-    groups = _mixed_and_pooled(ds, [1.0, -1.0, -1.0, -1.0])
-    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "actor.ppo_mini_batch_size=2")
-    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
-    assert len(batch) == 8
-    assert batch.advantages.tolist() == pytest.approx(
-        [1.5, -0.5, -0.5, -0.5] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5
-    )
-    cfg = _cfg("first_byte_parity", "actor.shuffle=false", "algorithm.norm_adv_by_std_in_grpo=false")
-    batch = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
-    assert batch.advantages.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5] + [0.5] * 4, abs=1e-5)
-
-
-def test_history_norm_by_std_false_centres_only_the_pooled_groups(parts):
-    """`history_norm_by_std=false`: the pooled all-correct group of the test above gets 1 - 0.5 = 0.5 per response
-    (not 0.54006), while a mixed group [1, 1, -1, -1] beside it keeps GRPO's division by its std sqrt(4 / 3):
-    +-1 / 1.15470 = +-0.86603."""
-    tok, _, ds = parts
-    groups = _mixed_and_pooled(ds, [1.0, 1.0, -1.0, -1.0])
-    on = "algorithm.filter_groups.history_norm_by_std=false"
-    batch = make_train_batch(
-        groups, _cfg("first_byte_parity", "actor.shuffle=false", on), tok.pad_token_id, 1
-    )
-    a = 1 / math.sqrt(4 / 3)
-    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5] * 4, abs=1e-5)
-    batch = make_train_batch(groups, _cfg("first_byte_parity", "actor.shuffle=false"), tok.pad_token_id, 1)
-    assert batch.advantages.tolist() == pytest.approx([a, a, -a, -a] + [0.5 / math.sqrt(6 / 7)] * 4, abs=1e-5)
-
-
-def test_history_for_by_hand(parts):
-    """`SamplingState.history_for`: the prompt's groups of the last `max_age` steps count when, pooled with the new
-    group, their answers disagree; `remember` forgets older ones."""
-    from dapo_rl.collect import PromptGroup, Rollout, SamplingState
-
-    s = parts[2].samples[0]
-    right = PromptGroup((1, 0), [Rollout(s, 7, i, acc=True, reward=1.0) for i in range(4)])
-    wrong = PromptGroup((1, 0), [Rollout(s, 7, i, acc=False, reward=-1.0) for i in range(4)])
-    state = SamplingState()
-    state.remember([(7, [1.0, 0.0, 0.0, 1.0], [1.0, -1.0, -1.0, 0.5])], step=3, max_age=8)
-    assert state.history_for(right, "acc", 5, 8) == (1.0, -1.0, -1.0, 0.5)
-    assert state.history_for(wrong, "acc", 11, 8) == (1.0, -1.0, -1.0, 0.5)  # 8 steps old: still pooled
-    assert state.history_for(wrong, "acc", 12, 8) == ()  # 9 steps: too old
-    state.remember([(7, [1.0] * 4, [1.0] * 4)], step=6, max_age=8)
-    # all right at step 6 as well: pooled with both recent groups, oldest first
-    assert state.history_for(right, "acc", 9, 8) == (1.0, -1.0, -1.0, 0.5) + (1.0,) * 4
-    assert state.history_for(right, "acc", 12, 8) == ()  # only step 6's all-right group is recent: no signal
-    assert state.history_for(wrong, "acc", 12, 8) == (1.0,) * 4
-    state.remember([(7, [0.0] * 4, [-1.0] * 4), (8, [1.0] * 4, [1.0] * 4)], step=12, max_age=8)
-    assert [g[0] for g in state.previous[7]] == [6, 12]  # step 3's group forgotten (9 steps before 12)
-    state.remember([(9, [1.0] * 4, [1.0] * 4)], step=21, max_age=8)
-    assert list(state.previous) == [9]  # prompts 7 and 8 not drawn since step 12: forgotten
-    assert SamplingState().history_for(right, "acc", 5, 8) == ()  # never drawn before
-    restored = SamplingState()
-    restored.load_state_dict(state.state_dict())
-    assert restored.previous == state.previous
-
-
-def test_history_baseline_in_collect_batch(parts):
-    """Steps of `prioritize` + `history_baseline` with the real tiny model: an all-agreeing group is kept exactly
-    when its prompt's recent groups disagreed with it, and its tokens are not counted as wasted."""
-    tok, engine, ds = parts
-    from dapo_rl.collect import SamplingState
-
-    cfg = _cfg(
-        "first_byte_parity",
-        "data.gen_batch_size=16",
-        "algorithm.filter_groups.prioritize=true",
-        "algorithm.filter_groups.history_baseline=true",
-        "algorithm.filter_groups.on_exhausted=partial",
-        "algorithm.filter_groups.max_num_gen_batches=3",
-    )
-    state, sampler = SamplingState(), EpochSampler(len(ds), seed=0)
-    pooled = 0
-    with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
-        for step in range(1, 9):
-            before = {i: list(v) for i, v in state.previous.items()}
-            groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=step, state=state)
-            assert stats["train/history_baseline_groups"] == sum(bool(g.history) for g in groups)
-            for g in groups:
-                accs = [float(x.acc) for x in g.rollouts]
-                i = g.rollouts[0].problem_idx
-                assert state.previous[i][-1][:2] == (step, accs)  # noted for the next draws
-                if not g.history:
-                    assert 0 < sum(accs) < 4
-                    continue
-                pooled += 1
-                assert sum(accs) in (0, 4) and all(step - at <= 8 for at, _, _ in before[i])
-                assert any(values != accs for _, values, _ in before[i])
-                assert g.history == tuple(x for _, _, scores in before[i] for x in scores)
-            batch = make_train_batch(groups, cfg, tok.pad_token_id, step=step)
-            assert len(batch) == 4 * len(groups)
-            if pooled:
-                break
-    assert pooled, "no all-agreeing group came after a mixed one: the test did not test the pooling"
-    # the step's waste is the dropped groups only: kept ones, pooled ones included, are all trained on
-    kept_tokens = sum(x.response_length for g in groups for x in g.rollouts)
-    assert stats["train/gen_tokens_wasted_ratio"] == pytest.approx(
-        1 - kept_tokens / stats["train/gen_tokens"]
-    )
-
-
-def test_predicted_wasted_by_hand():
-    """`prioritize` with `history_baseline` ranks by the chance of a dropped group: 0 for a prompt whose recent
-    groups disagree, `unanimous_chance(k, k, n)` relaxed toward u for one whose recent k responses all agree."""
-    from dapo_rl.collect import SamplingState, draw_prioritized, predicted_wasted, unanimous_chance
-
-    state = SamplingState(first_unanimous=0.4)
-    state.remember([(0, [1.0, 0.0, 1.0, 1.0], [1.0, -1.0, 1.0, 1.0])], step=2, max_age=8)
-    state.remember([(1, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4), (3, [1.0] * 4, [1.0] * 4)], 2, 8)
-    state.remember([(0, [1.0] * 4, [1.0] * 4), (2, [0.0] * 4, [-1.0] * 4)], step=10, max_age=8)
-    unanimous = torch.tensor([0.2, 0.6, 0.7, 0.5, 0.4], dtype=torch.float64)
-    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=4)
-    # prompt 0: step 10's all-right group alone is recent (max_age 4): 4 agreeing responses, age 0
-    assert got[0].item() == pytest.approx(unanimous_chance(4, 4, 4))
-    assert got[1].item() == 0.6 and got[3].item() == 0.5 and got[4].item() == 0.4  # nothing recent: unchanged
-    got = predicted_wasted(state, unanimous, 0.4, step=10, half_life=8.0, max_age=8)
-    assert (
-        got[0].item() == 0.0
-    )  # a 3-of-4 group and an all-right one: nothing the next group gives is dropped
-    # Beta(8.5, 0.5): E[p^4] = 8.5/9 * 9.5/10 * 10.5/11 * 11.5/12 = 0.82076, E[(1-p)^4] = 0.5/9 * 1.5/10 * 2.5/11
-    # * 3.5/12 = 0.00055: 0.82131 (two all-wrong groups of 4, the newest at age 0)
-    assert got[2].item() == pytest.approx(0.82131, abs=1e-5)
-    assert got[1].item() == pytest.approx(0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5)  # one, 8 steps old
-    # the draw: last groups as remembered above (prompt 4 never drawn, u = 0.4)
-    state.last = {0: (4, 4, 10), 1: (4, 4, 2), 2: (0, 4, 10), 3: (4, 4, 2)}
-    state.last[5] = (2, 4, 1)  # mixed, 9 steps old, outside the window: not put last
-    order, pred = draw_prioritized(state, 6, 6, 10, 1, 0, set(), 8.0, history_max_age=8)
-    old = 0.4 + (unanimous_chance(4, 4) - 0.4) * 0.5  # 1 and 3: an all-right group 8 steps old
-    old5 = 0.4 + (unanimous_chance(2, 4) - 0.4) * 0.5 ** (9 / 8)
-    # 5 (mixed last), 4 (never drawn), 0 (all right, but a recent group disagrees); then 1 and 3 and 2, whose recent
-    # groups all agree, after every other whatever their chances
-    assert order[:3] == [5, 4, 0] and sorted(order[3:5]) == [1, 3] and order[5] == 2
-    assert pred == pytest.approx([old5, 0.4, unanimous_chance(4, 4), old, old, unanimous_chance(0, 4)])
+    old = {
+        "kept_rate": 0.4,
+        "skip": {"3": 2},
+        "streak": {"3": 1},
+        "last": {"3": [8, 8, 5], "7": [4, 8, 6]},
+        "first_unanimous": 0.45,
+        "first_drawn": 12,
+        "previous": {"3": [[5, [1.0] * 8, [1.0] * 8]]},
+    }
+    skips = SkipPolicy(skip_solved=4, skip_unsolved=4, backoff=True)
+    skips.load_state_dict(old)
+    assert (skips.kept_rate, skips.skip, skips.streak) == (0.4, {3: 2}, {3: 1})
+    assert skips.state_dict() == {"kept_rate": 0.4, "skip": {"3": 2}, "streak": {"3": 1}}
+    plain = PromptPolicy()
+    plain.load_state_dict(old)
+    assert plain.state_dict() == {"kept_rate": 0.4}

@@ -69,12 +69,7 @@ def test_wrong_type_is_a_config_error():
         ("data.train_batch_size=33", "multiple of actor.ppo_mini_batch_size"),
         ("algorithm.clip_ratio_c=1.0", "clip_ratio_c"),
         ("algorithm.filter_groups.on_exhausted=ignore", "on_exhausted"),
-        ("algorithm.filter_groups.skip_predicted=1.0", r"skip_predicted=1.0 must be in \[0, 1\)"),
         ("algorithm.filter_groups.skip_solved=-1", "skip_solved=-1 must be >= 0"),
-        ("algorithm.filter_groups.skip_predicted=0.3", "skip_predicted needs skip_solved or skip_unsolved"),
-        ("algorithm.filter_groups.prioritize_half_life=0", "prioritize_half_life=0.0 must be > 0"),
-        ("algorithm.filter_groups.prioritize_half_life=nan", "prioritize_half_life=nan must be > 0"),
-        ("algorithm.filter_groups.history_max_age=0", "history_max_age=0 must be >= 1"),
         ("rollout.temperature=0", "greedy"),
         ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
         ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),
@@ -85,18 +80,13 @@ def test_invalid_values_name_the_setting(override, message):
         load_config(None, [override])
 
 
-def test_prioritized_draws_replace_the_skips():
-    with pytest.raises(ConfigError, match="prioritize replaces skip_solved / skip_unsolved"):
-        load_config(
-            None, ["algorithm.filter_groups.prioritize=true", "algorithm.filter_groups.skip_unsolved=4"]
-        )
-
-
-def test_history_baseline_needs_the_filter():
-    with pytest.raises(ConfigError, match="history_baseline keeps groups the filter would drop"):
-        load_config(
-            None, ["algorithm.filter_groups.history_baseline=true", "algorithm.filter_groups.enable=false"]
-        )
+def test_a_removed_option_says_it_was_removed():
+    with pytest.raises(
+        ConfigError,
+        match="'algorithm.filter_groups.prioritize' in command-line overrides: removed "
+        r"from dapo-rl on 2026-12-03; docs/ablation.md keeps its figures and `git checkout e4b2aa5`",
+    ):
+        load_config(None, ["algorithm.filter_groups.prioritize=true"])
 
 
 def test_override_without_equals_sign():

@@ -124,9 +124,9 @@ def test_device_cuda_without_cuda_is_one_line_exit_2(tmp_path):
         assert "trainer.device=cuda, but torch sees no CUDA device" in r.stderr
 
 
-def test_history_baseline_with_fewer_prompts_per_round_than_ranks_finishes(base_model, tmp_path):
-    """`gen_batch_size=1` at 2 ranks: rank 1 draws no prompt in any round, yet `history_baseline`'s gather is a
-    collective every rank joins (before, rank 0 waited there for rank 1: killed at 120 s)."""
+def test_skips_with_fewer_prompts_per_round_than_ranks_finish(base_model, tmp_path):
+    """`gen_batch_size=1` at 2 ranks: rank 1 draws no prompt in any round, yet the skips' gather of every group's
+    outcome is a collective every rank joins (a rank with nothing to add must still join, or rank 0 waits)."""
     run = tmp_path / "run"
     args = run_args(
         base_model,
@@ -138,7 +138,8 @@ def test_history_baseline_with_fewer_prompts_per_round_than_ranks_finishes(base_
         "trainer.test_freq=0",
         "trainer.val_before_train=false",
         "trainer.save_freq=0",
-        "algorithm.filter_groups.history_baseline=true",
+        "algorithm.filter_groups.skip_solved=1",
+        "algorithm.filter_groups.skip_unsolved=1",
         # one prompt of 4 samples a round from a weak base model: a mixed group can take many rounds
         "algorithm.filter_groups.max_num_gen_batches=40",
     )

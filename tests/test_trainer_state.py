@@ -59,6 +59,39 @@ def test_resume_config_diff_refuses_meaning_and_allows_harmless_changes(tmp_path
     ]
 
 
+def test_resume_of_a_run_saved_with_removed_options(tmp_path):
+    """A run directory written before 2026-12-03 holds the removed zero-waste options in its config.yaml: at their
+    old defaults they are ignored with one warning line; one the run set is refused, by name."""
+    import pytest
+
+    from dapo_rl.config import REMOVED_OPTIONS, ConfigError, load_config, resume_config_diff, to_yaml
+
+    cfg = load_config(None, [])
+    lines = to_yaml(cfg).splitlines()
+    at = lines.index("    carry_surplus: false")  # under algorithm.filter_groups, as the old file had them
+    old = [
+        "    skip_predicted: 0.0",
+        "    prioritize: false",
+        "    prioritize_half_life: 8.0",
+        "    history_baseline: false",
+        "    history_norm_by_std: true",
+        "    history_max_age: 8",
+    ]
+    saved = tmp_path / "config.yaml"
+    saved.write_text("\n".join(lines[:at] + old + lines[at:]) + "\n")
+    refused, harmless = resume_config_diff(saved, cfg)
+    keys = ", ".join(sorted(REMOVED_OPTIONS))
+    assert refused == [] and harmless == [
+        f"{keys}: at their old defaults in the saved config, ignored (removed from dapo-rl on 2026-12-03; "
+        "docs/ablation.md keeps its figures and `git checkout e4b2aa5` its code)"
+    ]
+    saved.write_text("\n".join(lines[:at] + [*old[:3], "    history_baseline: true", *old[4:]] + lines[at:]))
+    with pytest.raises(
+        ConfigError, match=r"sets algorithm.filter_groups.history_baseline=True: an option removed"
+    ):
+        resume_config_diff(saved, cfg)
+
+
 def test_trust_remote_code_is_off_by_default():
     from dapo_rl.config import load_config
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dapo_rl.collect import crash_point
 from dapo_rl.distributed import DistContext, barrier
 
 
@@ -121,7 +120,6 @@ def save_checkpoint(
     actor.save(tmp)
     if ctx.is_main:
         tokenizer.save_pretrained(tmp / "model")
-    crash_point("checkpoint", step, ctx.rank)
     torch.save(rng_state(), tmp / f"rng_rank{ctx.rank}.pt")
     barrier(ctx, checkpoint=True)  # rank 0 may still be writing model/
     if ctx.is_main:

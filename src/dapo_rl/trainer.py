@@ -38,12 +38,11 @@ from dapo_rl.checkpoint import (
 )
 from dapo_rl.collect import (
     DynamicSamplingExhausted,
-    SamplingState,
+    PromptGroup,
     Scorer,
     collect_batch,
-    crash_point,
-    fault_at,
     make_train_batch,
+    prompt_policy,
 )
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import (
@@ -135,7 +134,9 @@ class Trainer:
         """Seconds this process spent building the embedded base model (0 when it was cached or not used)."""
         self.bad_streak = 0
         self.gen_samples_total = 0
-        self.sampling_state = SamplingState()
+        self.prompt_policy = prompt_policy(cfg.algorithm.filter_groups)  # checkpointed as "dynamic_sampling"
+        # `carry_surplus`: kept groups for the next step (not checkpointed: a resumed run starts without them)
+        self.carry: list[PromptGroup] = []
         self.sigterm = False  # set by the SIGTERM handler during `fit`
         self._check_split()
         check_trackers(cfg.trainer.logger)
@@ -458,7 +459,7 @@ class Trainer:
         self.step = int(state["step"])
         self.bad_streak = int(state.get("bad_streak", 0))
         self.gen_samples_total = int(state.get("gen_samples_total", 0))
-        self.sampling_state.load_state_dict(state.get("dynamic_sampling", {}))
+        self.prompt_policy.load_state_dict(state.get("dynamic_sampling", {}))
         if self.campo is not None:
             try:
                 self.campo.load_state_dict(state.get("campo", {}))
@@ -529,15 +530,13 @@ class Trainer:
             self.step,
             ctx,
             self.log,
-            self.sampling_state,
+            self.prompt_policy,
+            self.carry,
         )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
-        if fault_at("nan_loss", self.step, ctx.rank):
-            batch.advantages = torch.full_like(batch.advantages, float("nan"))
         self.engine.sleep()
         upd = self.actor.update(batch)
-        crash_point("update", self.step, ctx.rank)
         t2 = time.perf_counter()
         self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
         t3 = time.perf_counter()
@@ -726,7 +725,7 @@ class Trainer:
             "bad_streak": self.bad_streak,
             "gen_samples_total": self.gen_samples_total,
             "sampler": self.sampler.state_dict(),
-            "dynamic_sampling": self.sampling_state.state_dict(),
+            "dynamic_sampling": self.prompt_policy.state_dict(),
             "campo": self.campo.state_dict() if self.campo is not None else {},
         }
         try:

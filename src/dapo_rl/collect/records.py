@@ -1,0 +1,119 @@
+"""The records that flow through batch collection: one sampled response (`Rollout`) and the n responses of one
+prompt (`PromptGroup`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from dapo_rl.data import Sample
+
+
+@dataclass
+class Rollout:
+    """One sampled response to one prompt, and what the verifier and the shaping made of it.
+
+    Attributes:
+        sample: the dataset row (prompt messages, ground truth, data source, uid).
+        problem_idx: index of the prompt in its dataset.
+        sample_idx: which of the prompt's n responses this is (0..n-1).
+        prompt_ids: prompt token ids (after the chat template).
+        response_ids: response token ids, eos included when the model stopped.
+        logprobs: the engine's sampling log-prob of each response token (`len(response_ids)` floats).
+        finish_reason: `stop` (eos) or `length` (truncated at `max_tokens`).
+        text: the decoded response (special tokens skipped).
+        score: the verifier's score (DAPO's +-1 scale).
+        acc: the verifier's correctness.
+        pred: the extracted final answer.
+        status: `ok`, `error` (the verifier raised) or `timeout` (it was killed).
+        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
+        response_length: tokens in the response (kept when a record is read back without its token ids).
+        vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
+            equivalent to `pred` (`dapo_rl.evaluate.pool_equivalent_answers`); empty: `pred` itself.
+    """
+
+    sample: Sample
+    problem_idx: int
+    sample_idx: int
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"
+    text: str = ""
+    score: float = 0.0
+    acc: bool = False
+    pred: str = ""
+    status: str = "ok"
+    reward: float = 0.0
+    response_length: int = -1
+    vote: str = ""
+
+    def __post_init__(self):
+        if self.response_length < 0:
+            self.response_length = len(self.response_ids)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    def to_record(self, dataset: str) -> dict:
+        """The JSON line `dapo eval` writes to generations.jsonl."""
+        return {
+            "dataset": dataset,
+            "problem_idx": self.problem_idx,
+            "sample_idx": self.sample_idx,
+            "prompt": self.sample.prompt[-1]["content"],
+            "response": self.text,
+            "pred": self.pred,
+            "acc": self.acc,
+            "score": self.score,
+            "ground_truth": self.sample.ground_truth,
+            "response_length": self.response_length,
+            "finish_reason": self.finish_reason,
+            "vote": self.vote,
+        }
+
+    def light(self) -> Rollout:
+        """A copy without token ids, log-probs and text: what metrics read, cheap to send to another rank."""
+        return replace(self, prompt_ids=[], response_ids=[], logprobs=[], text="")
+
+    @staticmethod
+    def from_record(r: dict) -> Rollout:
+        """A rollout read back from a generations.jsonl line (no token ids)."""
+        sample = Sample(
+            f"{r['dataset']}:{r['problem_idx']}",
+            "",
+            [{"role": "user", "content": r["prompt"]}],
+            r["ground_truth"],
+        )
+        return Rollout(
+            sample,
+            int(r["problem_idx"]),
+            int(r["sample_idx"]),
+            finish_reason=r["finish_reason"],
+            text=r["response"],
+            score=float(r["score"]),
+            acc=bool(r["acc"]),
+            pred=str(r["pred"]),
+            reward=float(r["score"]),
+            response_length=int(r["response_length"]),
+            vote=str(r.get("vote", "")),
+        )
+
+
+@dataclass
+class PromptGroup:
+    """The n rollouts of one prompt, with the place it was drawn: `(generation round, position in the round)`.
+
+    Sorting kept groups by `key` gives the order one process would have kept them in, whatever the rank count.
+    """
+
+    key: tuple[int, int]
+    rollouts: list[Rollout]
+    owner: int = -1
+    """Under several ranks, the rank that sampled the group and holds its response tokens and log-probs; the other
+    ranks hold a copy without them (`Rollout.light` keeping the prompt), enough for the batch's arithmetic, and
+    `make_train_batch` fetches only the rows a rank trains on. -1: every rollout is complete here."""
+
+    def metric(self, name: str) -> list[float]:
+        """`acc` (0/1) or the shaped `score` of each rollout."""
+        return [float(r.acc) if name == "acc" else r.reward for r in self.rollouts]

@@ -1,0 +1,163 @@
+"""One generation round: prompts -> engine -> responses -> verifier -> shaping, as unscored and then scored
+`Rollout`s grouped by prompt. `dapo eval` samples and scores through the same functions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dapo_rl.algo import overlong_penalty
+from dapo_rl.collect.records import Rollout
+from dapo_rl.config import OverlongBufferConfig, RepetitionPenaltyConfig
+from dapo_rl.data import PromptDataset
+from dapo_rl.reward.shaping import repetition_penalty
+from dapo_rl.rollout import SamplingParams
+
+
+@dataclass
+class Scorer:
+    """Decodes responses, scores them through the reward pool, and shapes the scores.
+
+    Attributes:
+        tokenizer: decodes token ids (special tokens skipped); None when every rollout comes with its text.
+        pool: `dapo_rl.reward.pool.RewardPool`.
+        max_response_length: L_max of Eq. 13 (tokens).
+        overlong: the overlong buffer (Eq. 13), or None for none.
+        repetition: MiroMind-M1's repetition penalty, or None for none.
+        log: where the first verifier error of the run is reported (once; later ones only count in
+            `reward/error_rate`), or None.
+    """
+
+    tokenizer: object
+    pool: object
+    max_response_length: int = 0
+    overlong: OverlongBufferConfig | None = None
+    repetition: RepetitionPenaltyConfig | None = None
+    log: Callable[[str], None] | None = None
+    _reported: bool = False
+    seconds: float = 0.0
+    """Wall-clock seconds spent in the reward pool so far (`time/score_s` is its growth over a step)."""
+
+    def __call__(self, rollouts: Sequence[Rollout]) -> None:
+        """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
+        if not rollouts:
+            return
+        # a served model's responses arrive as text (no token ids); the others are decoded here
+        coded = [r.response_ids for r in rollouts if r.response_ids]
+        decoded = iter(self.tokenizer.batch_decode(coded, skip_special_tokens=True) if coded else [])
+        texts = [next(decoded) if r.response_ids else r.text for r in rollouts]
+        items = [
+            (r.sample.data_source, t, r.sample.ground_truth, r.sample.extra_info)
+            for r, t in zip(rollouts, texts)
+        ]
+        t0 = time.perf_counter()
+        results = self.pool.score(items)
+        self.seconds += time.perf_counter() - t0
+        for r, t, res in zip(rollouts, texts, results):
+            r.text, r.score, r.acc, r.pred = (
+                t,
+                float(res["score"]),
+                bool(res["acc"]),
+                str(res.get("pred", "")),
+            )
+            r.status = "timeout" if res.get("timeout") else "error" if "error" in res else "ok"
+            r.reward = r.score
+            if r.status == "error" and self.log is not None and not self._reported:
+                self._reported = True
+                self.log(
+                    f"reward: a response could not be scored and counts as wrong ({res['error']}); further errors "
+                    "are only counted in reward/error_rate"
+                )
+        if self.overlong is not None and self.overlong.enable:
+            pen = overlong_penalty(
+                torch.tensor([r.response_length for r in rollouts]),
+                self.max_response_length,
+                self.overlong.len,
+                self.overlong.penalty_factor,
+            )
+            for r, p in zip(rollouts, pen.tolist()):
+                r.reward += p
+        rp = self.repetition
+        if rp is not None and rp.enable:
+            for r in rollouts:
+                r.reward += repetition_penalty(
+                    r.response_ids, rp.factor, rp.min_repeats, rp.max_period, rp.min_tokens
+                )
+
+
+def sample_groups(
+    engine, dataset: PromptDataset, indices: Sequence[int], params: SamplingParams
+) -> list[list[Rollout]]:
+    """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s). An engine
+    with `generate_chat` (a served model) is given the chat messages instead of token ids."""
+    if hasattr(engine, "generate_chat"):
+        return _rollouts(
+            dataset, indices, engine.generate_chat([dataset.samples[i].prompt for i in indices], params)
+        )
+    return _rollouts(dataset, indices, engine.generate([dataset.prompt_ids[i] for i in indices], params))
+
+
+def _rollouts(dataset: PromptDataset, indices: Sequence[int], outputs) -> list[list[Rollout]]:
+    return [
+        [
+            Rollout(
+                dataset.samples[i],
+                i,
+                j,
+                dataset.prompt_ids[i],
+                o.token_ids,
+                o.logprobs,
+                o.finish_reason,
+                text=o.text or "",
+                response_length=o.num_tokens if o.text is not None and o.num_tokens is not None else -1,
+            )
+            for j, o in enumerate(outs)
+        ]
+        for i, outs in zip(indices, outputs)
+    ]
+
+
+def sample_and_score(
+    engine,
+    scorer: Scorer,
+    dataset: PromptDataset,
+    indices: Sequence[int],
+    params: SamplingParams,
+    overlap: bool = True,
+) -> tuple[list[list[Rollout]], float]:
+    """`sample_groups` then `scorer`, overlapped where the engine yields its round in chunks (`generate_chunks`):
+    chunk k is scored in a background thread while chunk k+1 is sampled. Same rollouts, same rewards, in the same
+    order as without overlap; `scorer.seconds` then counts scoring time that ran alongside generation.
+
+    Returns:
+        `(groups, generate_seconds)`: the scored groups and the wall time spent inside the engine.
+    """
+    chunks = getattr(engine, "generate_chunks", None)
+    if not overlap or chunks is None:
+        t0 = time.perf_counter()
+        sampled = sample_groups(engine, dataset, indices, params)
+        gen_s = time.perf_counter() - t0
+        scorer([x for g in sampled for x in g])
+        return sampled, gen_s
+    from concurrent.futures import ThreadPoolExecutor
+
+    sampled: list[list[Rollout]] = []
+    gen_s = 0.0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-score") as pool:
+        futures = []
+        stream = chunks([dataset.prompt_ids[i] for i in indices], params)
+        while True:
+            t0 = time.perf_counter()
+            outs = next(stream, None)
+            gen_s += time.perf_counter() - t0
+            if outs is None:
+                break
+            part = _rollouts(dataset, indices[len(sampled) : len(sampled) + len(outs)], outs)
+            sampled.extend(part)
+            futures.append(pool.submit(scorer, [x for g in part for x in g]))
+        for f in futures:
+            f.result()
+    return sampled, gen_s
