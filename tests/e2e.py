@@ -14,6 +14,20 @@ FAULT = "DAPO_RL_FAULT_AT"
 
 FAULTINJECT = Path(__file__).resolve().parent / "faultinject"
 
+TEST_RECIPE = "tiny_chain_sum"
+"""The recipe the tests' `dapo train` / `dapo sft` runs use unless they name one: bare answers to two- and
+three-term sums, a warm-up of seconds (the embedded default, `tiny_chain_steps`, writes worked steps and warms up
+for minutes)."""
+
+
+def with_recipe(args: tuple[str, ...] | list[str]) -> list[str]:
+    """`args` with `TEST_RECIPE` after `train` / `sft` when they name no recipe (the next argument is a `key=value`
+    override or a flag, or there is none)."""
+    args = list(args)
+    if args and args[0] in ("train", "sft") and (len(args) == 1 or "=" in args[1] or args[1].startswith("-")):
+        args.insert(1, TEST_RECIPE)
+    return args
+
 
 def dapo(*args, cwd=None, env_extra=None):
     """Run `python -m dapo_rl.cli ARGS` and return the completed process (text output captured). With `FAULT` in
@@ -23,7 +37,7 @@ def dapo(*args, cwd=None, env_extra=None):
     if FAULT in (env_extra or {}):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULTINJECT), env.get("PYTHONPATH", "")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "dapo_rl.cli", *args],
+        [sys.executable, "-m", "dapo_rl.cli", *with_recipe(args)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -40,6 +54,7 @@ def rows_of(run: Path) -> list[dict]:
 def run_args(base_model: Path, run: Path, *extra: str) -> list[str]:
     return [
         "train",
+        TEST_RECIPE,
         f"model.path={base_model}",
         f"trainer.output_dir={run}",
         "data.train_reasoning_gym.size=500",

@@ -222,6 +222,7 @@ def test_two_ranks_each_with_a_colocated_vllm_engine(tmp_path, tp):
             "-m",
             "dapo_rl.cli",
             "train",
+            "tiny_chain_sum",
             f"model.path={model}",
             f"trainer.output_dir={run}",
             "rollout.name=vllm",
