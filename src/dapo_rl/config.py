@@ -263,6 +263,8 @@ class RepetitionPenaltyConfig:
 
     enable: bool = False
     factor: float = 1.0
+    """Penalty of a response that is one loop from end to end: its score gets `-factor x` the share of its tokens
+    inside a loop, on top of DAPO's +1/-1 (0: no penalty)."""
     min_repeats: int = 3
     """Copies of a block needed to call it a loop."""
     max_period: int = 128
@@ -310,9 +312,18 @@ class ValKwargsConfig:
     """Sampling used for validation."""
 
     n: int = 1
+    """Responses sampled per validation prompt (verl's `rollout.val_kwargs.n`): `val/<name>/acc` is their mean
+    correctness (avg@n), with `pass@k` and `maj@k` logged when n > 1. DAPO's script keeps 1 and repeats each AIME
+    problem 32 times in the file instead (avg@32)."""
     temperature: float = 1.0
+    """Validation sampling temperature; 0: greedy (verl's `rollout.val_kwargs.temperature`; DAPO evaluates at 1.0,
+    section 4.1)."""
     top_p: float = 0.7
+    """Validation nucleus sampling, in (0, 1]; 1: off (DAPO evaluates with 0.7, section 4.1: `val_top_p` in verl's
+    DAPO script). Sampling keeps the smallest set of most likely tokens whose probability reaches this."""
     top_k: int = -1
+    """Validation top-k sampling: only the k most likely tokens; -1 (or 0): no top-k (verl's
+    `rollout.val_kwargs.top_k`; DAPO's script: -1)."""
 
 
 @dataclass
@@ -325,7 +336,13 @@ class RolloutConfig:
     n: int = 16
     """Responses sampled per prompt (the group size G)."""
     temperature: float = 1.0
+    """Sampling temperature of the training rollouts (verl's `actor_rollout_ref.rollout.temperature`; DAPO samples at
+    1.0). The actor divides its logits by it too, so pi_old, pi_theta and the engine's mu are the same
+    temperature-scaled distribution. Must be > 0: greedy responses would make every group identical."""
     top_p: float = 1.0
+    """Nucleus sampling of the training rollouts, in (0, 1]; 1: off (verl's `actor_rollout_ref.rollout.top_p`; DAPO's
+    script: 1.0). Below 1 the engine samples from a truncated distribution while the actor's log-probs are over all
+    tokens (docs/metrics.md)."""
     top_k: int = -1
     """-1: no top-k."""
     micro_batch_size: int = 512
@@ -358,7 +375,11 @@ class ActorConfig:
     lr_warmup_steps: int = 10
     """Linear warm-up steps, then constant (DAPO: 20)."""
     weight_decay: float = 0.1
+    """AdamW's decoupled weight decay, on every parameter (verl's `actor.optim.weight_decay`; DAPO's script: 0.1;
+    0: none)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW's [beta1, beta2], the decay rates of its gradient moment averages (verl's `actor.optim.betas`; torch's
+    default, which the DAPO paper does not change)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value."""
     ppo_mini_batch_size: int = 32
@@ -420,11 +441,16 @@ class TrainerConfig:
     experiment_name: str = ""
     """The trackers' run name; empty: the output directory's name."""
     total_training_steps: int = 100
+    """Training steps to run (verl's name), each one batch of `data.train_batch_size` groups; a resumed run counts the
+    steps already done. The run also stops earlier at `max_generated_samples`."""
     max_generated_samples: int = 0
     """Also stop after the step at which the run has sampled this many training responses (all generation rounds,
     all ranks; `train/gen_samples_total`); 0: no such limit. Dynamic sampling generates more per step than plain
     GRPO, so this, not the step count, is the fair budget when comparing them (`dapo ablate`)."""
     seed: int = 0
+    """Seed of the run: torch, numpy and Python's generators (plus the rank), the prompt order, every generation
+    round's sampling, validation sampling and `actor.shuffle`. The problems themselves come from
+    `data.*_reasoning_gym.seed`, the base model from `sft.seed`."""
     test_freq: int = 5
     """Validate every N steps (and at step 0 when `val_before_train`); -1 disables."""
     test_freq_samples: int = 0
@@ -432,6 +458,8 @@ class TrainerConfig:
     multiple of this; 0: off. Runs that sample at different rates per step (dynamic sampling) are then validated
     at comparable sample counts (`dapo ablate`)."""
     val_before_train: bool = True
+    """Validate once before the first step (step 0: the starting model's score; verl's name), when validation is on
+    (`test_freq` or `test_freq_samples`); never on a resumed run."""
     save_freq: int = -1
     """Checkpoint every N steps; the last step is always saved. -1: only the last step."""
     max_ckpt_to_keep: int = 2
@@ -439,6 +467,8 @@ class TrainerConfig:
     num_threads: int = 0
     """torch intra-op threads; 0 keeps torch's default (all cores)."""
     progress_bar: bool = True
+    """A tqdm bar of the steps on rank 0, shown only when stderr is a terminal; false: none (`dapo ablate` turns it
+    off)."""
     max_consecutive_bad_steps: int = 5
     """Stop the run after this many steps in a row whose update had a non-finite loss or gradient (each such
     optimizer step is skipped and counted in `train/skipped_updates`); 0: never stop."""
@@ -480,9 +510,19 @@ class SFTConfig:
     steps: int = 700
     """Optimizer steps (with `train_files`: used when `epochs` is 0)."""
     batch_size: int = 128
+    """Examples per optimizer step: the embedded warm-up draws them at random (with replacement) from `task`; with
+    `train_files` it is TRL's `per_device_train_batch_size` (with `packing`: rows of `max_length` tokens)."""
     lr: float = 2e-3
+    """AdamW learning rate (no weight decay, gradient norm clipped to 1.0), reached after `warmup_steps`. The default
+    suits the tiny model trained from scratch; fine-tuning a pretrained `model_path` wants far less (TRL's default:
+    2e-5)."""
     warmup_steps: int = 100
+    """Optimizer steps of linear learning-rate warm-up to `lr` (0: none); then constant (the embedded warm-up) or
+    `lr_scheduler` (with `train_files`)."""
     seed: int = 0
+    """Seed of the warm-up: the fresh model's initial weights, the draw of examples and, with `completion=mixed`,
+    which problems get worked steps; with `train_files`, TRL's `seed` and `data_seed`. The problems come from
+    `task.seed`."""
     model_path: str = ""
     """With `train_files`: the local Hugging Face checkpoint to fine-tune; empty: a fresh tiny model of the sizes
     below (the embedded architecture)."""
@@ -491,8 +531,14 @@ class SFTConfig:
     of chat messages (every assistant turn is a target), or `prompt_column` + `response_column`. Empty: the embedded
     warm-up on `task`. Needs `output_dir`."""
     messages_column: str = "messages"
+    """With `train_files`: the column of each row's chat messages (a list of `{role, content}`; every assistant turn
+    after a user turn is a target). A row without it is read from `prompt_column` + `response_column`."""
     prompt_column: str = "prompt"
+    """With `train_files`, for rows without `messages_column`: the column of the prompt text (one user turn,
+    rendered as `dapo train` renders prompts: through the tokenizer's chat template when it has one)."""
     response_column: str = "response"
+    """With `train_files`, for rows without `messages_column`: the column of the target response text (the loss
+    is on the completion only)."""
     epochs: float = 0.0
     """With `train_files`: passes over the data (0: `steps` optimizer steps instead)."""
     lr_scheduler: str = "constant"
@@ -505,10 +551,19 @@ class SFTConfig:
     save_freq: int = 100
     """With `train_files`: a checkpoint every this many steps (for `dapo sft --resume`); 0: none."""
     hidden_size: int = 192
+    """Width of the fresh tiny Qwen2 model (`dapo_rl.models.tiny`, tied embeddings; used when `model_path` is empty).
+    The defaults (192 wide, 3 layers, 4 heads, MLP 576) make about 1.5M parameters."""
     num_layers: int = 3
+    """Transformer blocks of the fresh tiny model (Qwen2's `num_hidden_layers`)."""
     num_heads: int = 4
+    """Attention heads of the fresh tiny model, as many key/value heads; each head is `hidden_size / num_heads`
+    wide, so keep it a divisor of `hidden_size`."""
     intermediate_size: int = 576
+    """Hidden width of the fresh tiny model's gated MLP (Qwen2's `intermediate_size`; the default is 3 x
+    `hidden_size`)."""
     max_position_embeddings: int = 4096
+    """Longest sequence (prompt + response, in tokens: one per byte) the fresh tiny model is configured for; its
+    rotary positions cost no parameters, so a long one is free."""
 
 
 @dataclass
