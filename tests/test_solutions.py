@@ -62,6 +62,39 @@ def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
     with pytest.raises(ConfigError, match="sft.steps_fraction=1.5 must be in"):
         load_config(None, ["sft.steps_fraction=1.5"])
     # settings added later keep the older embedded model's cache key when left at their defaults
-    assert embedded_model_dir(load_config().sft).name == "tiny-chain_sum-35bf67648b14"
+    assert embedded_model_dir(load_config("tiny_chain_sum").sft).name == "tiny-chain_sum-35bf67648b14"
     steps = load_config("tiny_chain_steps").sft
-    assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(load_config().sft)
+    assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(
+        load_config("tiny_chain_sum").sft
+    )
+    assert load_config().sft == steps  # the embedded default
+
+
+def test_warm_up_micro_batches_give_the_whole_batchs_gradient():
+    """`sft.micro_batch_size`: rows sorted by length and split into passes give the gradient of one padded pass
+    over the batch, on the real tiny model and real warm-up rows (worked steps, 10-60 tokens)."""
+    from dataclasses import replace
+
+    import torch
+
+    from dapo_rl.data import render_prompt
+    from dapo_rl.sft import batch_backward, fresh_tiny_model
+
+    cfg = load_config("tiny_chain_steps").sft
+    model, tok = fresh_tiny_model(replace(cfg, hidden_size=64, num_heads=2, intermediate_size=128))
+    t = cfg.task
+    samples = reasoning_gym_samples(t.task, 64, t.seed, dict(t.params), t.strip_instruction)
+    comps = [c + tok.eos_token for c in sft_completions(samples, "mixed", 0.5, 0)]
+    p_ids = tok([render_prompt(tok, s.prompt) for s in samples], add_special_tokens=False)["input_ids"]
+    c_ids = tok(comps, add_special_tokens=False)["input_ids"]
+    idx = list(range(48))
+    lengths = sorted(len(p_ids[i]) + len(c_ids[i]) for i in idx)
+    assert lengths[0] * 2 < lengths[-1]  # a real spread, so the passes pad differently
+    grads, losses = [], []
+    for micro in (0, 16):
+        model.zero_grad(set_to_none=True)
+        losses.append(batch_backward(model, idx, p_ids, c_ids, tok.pad_token_id, micro).item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    assert (grads[1] - grads[0]).abs().max().item() <= 1e-5 * grads[0].abs().max().item()
+    assert grads[0].abs().max().item() > 0

@@ -512,6 +512,11 @@ class SFTConfig:
     batch_size: int = 128
     """Examples per optimizer step: the embedded warm-up draws them at random (with replacement) from `task`; with
     `train_files` it is TRL's `per_device_train_batch_size` (with `packing`: rows of `max_length` tokens)."""
+    micro_batch_size: int = 0
+    """Embedded warm-up: split each step's rows, sorted by length, into forward/backward passes of this many rows,
+    each padded to its own longest row; the gradient is the whole batch's (each pass's summed loss is divided by
+    the batch's target tokens, transformers' `num_items_in_batch`), with fewer padded positions computed. 0: one
+    pass over the batch padded to its longest row."""
     lr: float = 2e-3
     """AdamW learning rate (no weight decay, gradient norm clipped to 1.0), reached after `warmup_steps`. The default
     suits the tiny model trained from scratch; fine-tuning a pretrained `model_path` wants far less (TRL's default:
@@ -580,7 +585,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
 
 
-DEFAULT_RECIPE = "tiny_chain_sum"
+DEFAULT_RECIPE = "tiny_chain_steps"
 """The embedded default: what `dapo train` runs with no config."""
 
 

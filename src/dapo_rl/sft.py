@@ -45,6 +45,7 @@ _ADDED_LATER = {
     "max_length": 1024,
     "packing": False,
     "save_freq": 100,
+    "micro_batch_size": 0,
 }
 
 
@@ -77,6 +78,69 @@ def fresh_tiny_model(cfg: SFTConfig):
         seed=cfg.seed,
     )
     return model, tok
+
+
+def _padded_rows(
+    idx: list[int], p_ids: list[list[int]], c_ids: list[list[int]], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask, labels)`, each `(len(idx), width)` int64, of rows `idx` (prompt + target),
+    right-padded to the longest of them; labels are the target tokens, -100 elsewhere (loss on the target only)."""
+    seqs = [p_ids[i] + c_ids[i] for i in idx]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, (i, s) in enumerate(zip(idx, seqs)):
+        ids[r, : len(s)] = torch.tensor(s)
+        mask[r, : len(s)] = 1
+        labels[r, len(p_ids[i]) : len(s)] = torch.tensor(c_ids[i])
+    return ids, mask, labels
+
+
+def batch_backward(
+    model,
+    idx: list[int],
+    p_ids: list[list[int]],
+    c_ids: list[list[int]],
+    pad: int,
+    micro_batch_size: int = 0,
+    compute: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Forward and backward of one warm-up batch: adds to `model`'s `.grad` the gradient of the mean token loss
+    over the targets of rows `idx`.
+
+    `micro_batch_size` 0 (or at least the batch): one pass, padded to the longest row. Otherwise the rows, sorted
+    by length, go through passes of that many rows, each padded to its own longest row, and each pass's summed
+    loss is divided by the whole batch's target tokens (transformers' `num_items_in_batch`): the same gradient,
+    fewer padded positions computed.
+
+    Args:
+        model: a transformers causal LM in train mode.
+        idx: row indices into `p_ids` / `c_ids` (prompt and target token ids).
+        pad: the pad token id.
+        micro_batch_size: rows per pass (0: all).
+        compute: `torch.bfloat16` runs the passes under CPU autocast; fp32 otherwise.
+
+    Returns:
+        The batch's mean token loss, a detached scalar.
+    """
+    bf16 = compute == torch.bfloat16
+    if micro_batch_size <= 0 or micro_batch_size >= len(idx):
+        ids, mask, labels = _padded_rows(idx, p_ids, c_ids, pad)
+        with torch.autocast("cpu", dtype=compute, enabled=bf16):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        return loss.detach()
+    targets = sum(len(c_ids[i]) for i in idx)
+    ranked = sorted(idx, key=lambda i: len(p_ids[i]) + len(c_ids[i]))
+    loss = torch.zeros(())
+    for k in range(0, len(ranked), micro_batch_size):
+        ids, mask, labels = _padded_rows(ranked[k : k + micro_batch_size], p_ids, c_ids, pad)
+        with torch.autocast("cpu", dtype=compute, enabled=bf16):
+            part = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets).loss
+        part.backward()
+        loss = loss + part.detach()
+    return loss
 
 
 def run_sft(cfg: SFTConfig, log=print) -> Path:
@@ -120,19 +184,8 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
     start = time.time()
     for step in range(cfg.steps):
         idx = torch.randint(len(samples), (cfg.batch_size,), generator=gen).tolist()
-        seqs = [p_ids[i] + c_ids[i] for i in idx]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for r, (i, s) in enumerate(zip(idx, seqs)):
-            ids[r, : len(s)] = torch.tensor(s)
-            mask[r, : len(s)] = 1
-            labels[r, len(p_ids[i]) : len(s)] = torch.tensor(c_ids[i])  # loss on the completion only
-        with torch.autocast("cpu", dtype=compute, enabled=autocast == "bfloat16"):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = batch_backward(model, idx, p_ids, c_ids, pad, cfg.micro_batch_size, compute)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
