@@ -45,7 +45,7 @@ def test_config_of_a_shipped_recipe_shows_value_default_and_doc(capsys):
 def test_no_recipe_is_the_embedded_default_and_an_override_shows_as_changed(capsys):
     assert main(["config", "algorithm.clip_ratio_high=0.3", "--grep", "CLIP_RATIO_HIGH"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("dapo config: tiny_chain_sum + 1 override(s): ")
+    assert out.splitlines()[0].startswith("dapo config: tiny_chain_steps + 1 override(s): ")
     assert _row(out, "algorithm.clip_ratio_high")[:4] == ["*", "algorithm.clip_ratio_high", "0.3", "0.28"]
 
 

@@ -29,10 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser(
         "train",
         help="train with DAPO",
-        description="Train with DAPO. With no recipe, runs the embedded default (tiny model, reasoning-gym chain_sum).",
+        description="Train with DAPO. With no recipe, runs the embedded default (tiny model, reasoning-gym chain_sum with worked steps).",
     )
     tr.add_argument(
-        "recipe", nargs="?", help="YAML recipe file or shipped recipe name (default: tiny_chain_sum)"
+        "recipe", nargs="?", help="YAML recipe file or shipped recipe name (default: tiny_chain_steps)"
     )
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.clip_ratio_high=0.28")
     tr.add_argument(
@@ -203,7 +203,9 @@ def _parser() -> argparse.ArgumentParser:
         "tokens per rank, optimizer steps per training step, and per-GPU memory (FSDP2 sharded states, vLLM's "
         "share, activations) with a verdict for the GPU size given.",
     )
-    pn.add_argument("recipe", nargs="?", help="YAML recipe or shipped recipe name (default: tiny_chain_sum)")
+    pn.add_argument(
+        "recipe", nargs="?", help="YAML recipe or shipped recipe name (default: tiny_chain_steps)"
+    )
     pn.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.nnodes=8")
     pn.add_argument("--gpu-memory-gib", type=float, default=80.0, help="one GPU's memory in GiB (default 80)")
     pn.add_argument(
@@ -218,10 +220,10 @@ def _parser() -> argparse.ArgumentParser:
         help="list every setting of a recipe: dotted key, value, default, one-line doc",
         description="Load a recipe as `dapo train` does (with its dotted overrides) and list every setting: its dotted "
         "key, its value, its default, and the first sentence of its doc (the config dataclasses' field docstrings). "
-        "`*` marks a value that differs from the default. With no recipe: the embedded default (tiny_chain_sum).",
+        "`*` marks a value that differs from the default. With no recipe: the embedded default (tiny_chain_steps).",
     )
     cf.add_argument(
-        "recipe", nargs="?", help="YAML recipe file or shipped recipe name (default: tiny_chain_sum)"
+        "recipe", nargs="?", help="YAML recipe file or shipped recipe name (default: tiny_chain_steps)"
     )
     cf.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.clip_ratio_high=0.3")
     cf.add_argument(
