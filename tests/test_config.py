@@ -84,7 +84,7 @@ def test_a_removed_option_says_it_was_removed():
     with pytest.raises(
         ConfigError,
         match="'algorithm.filter_groups.prioritize' in command-line overrides: removed "
-        r"from dapo-rl on 2026-12-03; docs/ablation.md keeps its figures and `git checkout e4b2aa5`",
+        r"from dapo-rl on 2026-12-03; docs/zero-waste.md keeps its figures and `git checkout e4b2aa5`",
     ):
         load_config(None, ["algorithm.filter_groups.prioritize=true"])
 

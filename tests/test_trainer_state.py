@@ -83,7 +83,7 @@ def test_resume_of_a_run_saved_with_removed_options(tmp_path):
     keys = ", ".join(sorted(REMOVED_OPTIONS))
     assert refused == [] and harmless == [
         f"{keys}: at their old defaults in the saved config, ignored (removed from dapo-rl on 2026-12-03; "
-        "docs/ablation.md keeps its figures and `git checkout e4b2aa5` its code)"
+        "docs/zero-waste.md keeps its figures and `git checkout e4b2aa5` its code)"
     ]
     saved.write_text("\n".join(lines[:at] + [*old[:3], "    history_baseline: true", *old[4:]] + lines[at:]))
     with pytest.raises(

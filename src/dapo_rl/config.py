@@ -127,7 +127,7 @@ class OverlongBufferConfig:
 class FilterGroupsConfig:
     """Dynamic sampling (DAPO section 3.2, Eq. 11): drop groups whose metric does not vary, sample more rounds.
 
-    The zero-waste options each come with a measured figure (docs/ablation.md, "Zero-waste dynamic sampling" and
+    The zero-waste options each come with a measured figure (docs/ablation.md, "Zero-waste dynamic sampling", and docs/zero-waste.md,
     "When prompts come back"): on 20,000 prompts carry + adaptive rounds + skip_solved reach held-out 0.15 after
     13,745 samples against DAPO's 22,101 (final 0.194 +- 0.007 against 0.187 +- 0.011); on 512 prompts, with
     skip_unsolved and skip_backoff, the waste falls from 74% to 41% at held-out 0.166 +- 0.018 (DAPO 0.171 +- 0.009).
@@ -414,9 +414,10 @@ class ActorConfig:
     autocast_dtype: str = "none"
     """`none`, `bfloat16` or `auto`: mixed-precision compute for forward/backward (parameters and optimizer state
     stay in `model.dtype`); the rollout engine samples in the same dtype. One process: `torch.autocast`; with
-    FSDP2: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`. `auto` (the embedded default's
-    setting) times a bf16 and an fp32 matmul at start and takes bf16 only where it is at least 1.3x faster (GPUs,
-    CPUs with AVX512-BF16 or AMX), logging the figures (`dapo_rl.perf.choose_autocast_dtype`)."""
+    FSDP2: `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`. `auto` times a bf16 and an
+    fp32 matmul at start and takes bf16 only where it is at least 1.3x faster (GPUs, CPUs with AVX512-BF16 or
+    AMX), logging its choice and the figures (`dapo_rl.perf.choose_autocast_dtype`): speed over comparability, as
+    the same recipe then computes differently on different machines (the tiny recipes name fp32)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
     about a third more compute. Needed for long responses on big models."""
@@ -1027,10 +1028,10 @@ REMOVED_OPTIONS: dict[str, Any] = {
     "algorithm.filter_groups.history_max_age": 8,
 }
 """Options dapo-rl had and removed, each with the default it had: their measured figures did not earn them a place
-(docs/ablation.md keeps the figures). A saved `config.yaml` of an older run may still hold them: at that default the
+(docs/zero-waste.md keeps the figures). A saved `config.yaml` of an older run may still hold them: at that default the
 key changed nothing and a resume ignores it with a warning; set otherwise, `--resume` refuses, naming the key."""
 
-REMOVED_NOTE = "removed from dapo-rl on 2026-12-03; docs/ablation.md keeps its figures and `git checkout e4b2aa5` its code"
+REMOVED_NOTE = "removed from dapo-rl on 2026-12-03; docs/zero-waste.md keeps its figures and `git checkout e4b2aa5` its code"
 """What a message about a `REMOVED_OPTIONS` key says of it."""
 
 
