@@ -44,7 +44,7 @@ def test_resume_config_diff_refuses_meaning_and_allows_harmless_changes(tmp_path
         saved, load_config(None, ["actor.lr=2e-4", "trainer.total_training_steps=400", "trainer.seed=1"])
     )
     assert refused == ["actor.lr: 0.0001 -> 0.0002", "trainer.seed: 0 -> 1"]
-    assert harmless == ["trainer.total_training_steps: 300 -> 400"]
+    assert harmless == ["trainer.total_training_steps: 200 -> 400"]  # the default recipe caps at 200
     assert resume_config_diff(saved, load_config(None, [])) == ([], [])
     # allowed, but not float-order harmless: the warning says what changes
     _, harmless = resume_config_diff(
