@@ -89,7 +89,9 @@ def training_mfu(
     return (6.0 * n_params * trained_tokens + 2.0 * n_params * recomputed_tokens) / seconds / peak_flops
 
 
-def choose_autocast_dtype(setting: str, device: torch.device | str, measure=None) -> tuple[str, str]:
+def choose_autocast_dtype(
+    setting: str, device: torch.device | str, measure=None, key: str = "actor.autocast_dtype"
+) -> tuple[str, str]:
     """Resolve `actor.autocast_dtype` (`none`, `bfloat16` or `auto`) for this device, measuring rather than guessing.
 
     `auto` means bf16 only where it is faster: one fp32 and one bf16 matmul are timed on `device` (256 x 256 on a
@@ -101,20 +103,21 @@ def choose_autocast_dtype(setting: str, device: torch.device | str, measure=None
         setting: the configured value.
         device: the actor's device.
         measure: ``measure(device, dtype) -> FLOP/s``; default :func:`matmul_peak_flops` at the probe size.
+        key: the setting's name in the reason (`sft.autocast_dtype` for the warm-up).
 
     Returns:
         ``(dtype, reason)``: ``"bfloat16"`` or ``"none"``, and a sentence for the log.
     """
     if setting in ("none", "bfloat16"):
-        return setting, f"actor.autocast_dtype={setting}"
+        return setting, f"{key}={setting}"
     device = torch.device(device)
     size = 256 if device.type == "cpu" else 0
     measure = measure or (lambda d, t: matmul_peak_flops(d, t, size=size))
     fp32, bf16 = measure(device, torch.float32), measure(device, torch.bfloat16)
     figures = f"bf16 matmul {bf16 / 1e9:.1f} GFLOP/s, fp32 {fp32 / 1e9:.1f} GFLOP/s on this {device.type}"
     if bf16 >= BF16_MIN_SPEEDUP * fp32:
-        return "bfloat16", f"bf16 compute chosen by actor.autocast_dtype=auto: {figures}"
-    return "none", f"fp32 compute chosen by actor.autocast_dtype=auto: no native bf16 here ({figures})"
+        return "bfloat16", f"bf16 compute chosen by {key}=auto: {figures}"
+    return "none", f"fp32 compute chosen by {key}=auto: no native bf16 here ({figures})"
 
 
 def time_attention(

@@ -162,8 +162,7 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
     ]
     p_ids = tok(prompts, add_special_tokens=False)["input_ids"]
     c_ids = tok(comps, add_special_tokens=False)["input_ids"]
-    autocast, why = choose_autocast_dtype(cfg.autocast_dtype, "cpu")
-    why = why.replace("actor.autocast_dtype", "sft.autocast_dtype")  # the same rule, this setting's name
+    autocast, why = choose_autocast_dtype(cfg.autocast_dtype, "cpu", key="sft.autocast_dtype")
     compute = torch.bfloat16 if autocast == "bfloat16" else torch.float32
     attn, attn_why = choose_attn_implementation(
         cfg.attn_implementation,
