@@ -7,8 +7,9 @@ process), not from where it was resumed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from dapo_rl.plotting import read_metrics
 
 
 def _fmt_minutes(seconds: float) -> str:
@@ -30,10 +31,7 @@ def validation_endpoints(metrics_path: str | Path) -> dict[str, tuple[int, float
     out: dict[str, tuple[int, float, int, float]] = {}
     if not path.is_file():
         return out
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for row in read_metrics(path):
         for key, value in row.items():
             if key.startswith("val/") and key.endswith("/acc") and isinstance(value, (int, float)):
                 name = key[len("val/") : -len("/acc")]
