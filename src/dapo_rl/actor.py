@@ -240,9 +240,16 @@ class Actor:
             only a label): no weights are read or broadcast; the parameters are transformers' random initialisation
             (one process) or whatever `Module.to_empty` leaves (FSDP2). For measuring memory (`dapo plan --measure`
             runs this under `FakeTensorMode`), never for training.
+        seed: seed of the LoRA adapters' initialisation (`actor.lora`; the trainer passes `trainer.seed`).
+
+    With `cfg.lora.rank > 0` the model gets PEFT's LoRA adapters (`dapo_rl.lora`) before it is sharded: the optimizer
+    holds the adapters alone, `engine_weights` yields merged weights under the base model's names, and `save` /
+    `load` checkpoint the adapters (and their optimizer state) instead of every weight; `load_weights` must be True
+    (the frozen base is read from `model_path`, the base checkpoint).
 
     Raises:
-        ConfigError: the weights cannot be loaded.
+        ConfigError: the weights cannot be loaded; LoRA without PEFT installed or with target modules the model
+            does not have.
     """
 
     def __init__(
@@ -258,8 +265,16 @@ class Actor:
         attn_implementation: str | None = None,
         load_weights: bool = True,
         config=None,
+        seed: int = 0,
     ):
         self.cfg, self.algo = cfg, algo
+        lora = cfg.lora if cfg.lora.rank > 0 else None
+        if (
+            lora is not None
+        ):  # the frozen base is not in a LoRA checkpoint's dcp/: always read from model_path
+            load_weights = True
+        self.peft = None
+        """The `peft.PeftModel` around `self.model` under LoRA, else None."""
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy_loss = get_policy_loss(algo.policy_loss.loss_mode)
@@ -280,7 +295,11 @@ class Actor:
                 gradient_checkpointing=cfg.gradient_checkpointing,
                 load_weights=load_weights,
                 config=config,
+                lora=lora,
+                lora_seed=seed,
             )
+            if lora is not None:
+                self.peft, model = model, model.get_base_model()
         else:
             model = None
             if config is not None:  # no weights: memory measurement
@@ -300,6 +319,10 @@ class Actor:
                 ).to(self.ctx.device)
             if cfg.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if lora is not None:
+                from dapo_rl.lora import wrap_model
+
+                self.peft = wrap_model(model, lora, seed, base_path=model_path)
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
         self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.sharded else None
         self.model = model
@@ -322,8 +345,10 @@ class Actor:
         # transformers >= 5.24 names the cache argument `cache` (`past_key_values` warns, and goes in 5.40)
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        """The parameters the optimizer updates: all of them, or the LoRA adapters alone."""
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+            self.trainable, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
         warm = max(cfg.lr_warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -644,7 +669,7 @@ class Actor:
                     for k, v in stats.items():
                         if k != "num_tokens":
                             sums[k] = sums.get(k, 0.0) + float(v) * ntok
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                norm = torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip)
                 if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2: the global norm
                     norm = norm.full_tensor()
                 if torch.isfinite(norm):
@@ -686,6 +711,10 @@ class Actor:
         gathered once; ties are found by parameter identity (`named_parameters(remove_duplicate=False)`), the same
         on every rank whatever its local shard holds.
 
+        Under LoRA the engine never sees adapters: each adapted layer's weight comes merged, W + alpha/r B A, under
+        the base model's name (`dapo_rl.lora.merged_layer_weights`), after every other weight; so an engine built
+        from the base checkpoint samples from the adapted policy.
+
         Args:
             dtype: cast each local shard to this dtype before the gather (`torch.bfloat16` for an engine that
                 samples in bf16: half the all-gather traffic, and the engine would round to it anyway); None keeps
@@ -693,12 +722,15 @@ class Actor:
         """
         from collections import Counter
 
+        merged = self._merged_names()
         with torch.no_grad():
             state = self.model.state_dict()
             owner = {n: id(p) for n, p in self.model.named_parameters(remove_duplicate=False)}
             shared = {k for k, c in Counter(owner.values()).items() if c > 1}
             cache: dict[int, torch.Tensor] = {}
             for name, t in state.items():
+                if merged and (name in merged or ".lora_" in name):
+                    continue  # an adapter, or a weight that comes merged below
                 key = owner.get(name)  # None: a buffer
                 full = cache.get(key) if key is not None else None
                 if full is None:
@@ -707,21 +739,53 @@ class Actor:
                     full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
                     if key in shared:
                         cache[key] = full
-                yield name, full
+                yield (name.replace(".base_layer.", ".") if merged else name), full
+        if merged:
+            from dapo_rl.lora import merged_layer_weights
+
+            yield from merged_layer_weights(self.model, dtype, sharded=self.ctx.sharded)
+
+    def _merged_names(self) -> set[str]:
+        """Under LoRA, the state-dict names of the adapted layers' base weights (`...q_proj.base_layer.weight`),
+        which `engine_weights` replaces by merged ones; empty without LoRA."""
+        if self.peft is None:
+            return set()
+        from dapo_rl.lora import lora_layers
+
+        return {f"{n}.base_layer.weight" for n in lora_layers(self.model)}
+
+    def engine_weight_names(self) -> list[str]:
+        """The Hugging Face names `engine_weights` yields, in its order, without gathering anything (for the
+        engine's name check before the first push)."""
+        merged = self._merged_names()
+        if not merged:
+            return list(self.model.state_dict())
+        plain = [
+            n.replace(".base_layer.", ".")
+            for n in self.model.state_dict()
+            if n not in merged and ".lora_" not in n
+        ]
+        from dapo_rl.lora import lora_layers
+
+        return plain + [f"{n}.weight" for n in lora_layers(self.model)]
 
     def nonfinite_parameters(self) -> list[str]:
         """Names of parameters holding NaN or inf on any rank (the same list on every rank)."""
         local = [n for n, p in self.model.named_parameters() if not torch.isfinite(_local(p)).all()]
         return sorted({n for names in all_gather_objects(local, self.ctx) for n in names})
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, export_model: bool = True) -> None:
         """Write the actor's state under `path` (a collective: every rank calls it).
 
-        - `model/`: the full weights as a Hugging Face checkpoint (safetensors, written by rank 0 after the
-          collective save), so that `from_pretrained` and vLLM load it; in `export_dtype` (bf16 under bf16
-          compute, what vLLM samples with: half the size of fp32);
+        - `model/` (with `export_model`, and always without LoRA): the full weights as a Hugging Face checkpoint
+          (safetensors, written by rank 0 after the collective save), so that `from_pretrained` and vLLM load it;
+          in `export_dtype` (bf16 under bf16 compute, what vLLM samples with: half the size of fp32); under LoRA
+          the merged weights (`engine_weights`);
         - `dcp/`: model, optimizer and scheduler as a `torch.distributed.checkpoint`, every rank writing its
-          shards; reshardable, so a run saved at N ranks loads at M.
+          shards; reshardable, so a run saved at N ranks loads at M. Under LoRA the adapters and their optimizer
+          state only (the frozen base is the base checkpoint's);
+        - `adapter/` (LoRA): the adapters in PEFT's format (`adapter_config.json`, `adapter_model.safetensors`),
+          which `peft.PeftModel.from_pretrained(base, path / "adapter")` loads.
 
         Raises:
             NonFiniteWeights: a parameter holds NaN or inf (nothing is written).
@@ -732,22 +796,35 @@ class Actor:
         if bad:
             raise NonFiniteWeights(f"non-finite weights in {', '.join(bad[:3])}")
         path = Path(path)
-        tied = self._tied_names()
+        export_model = export_model or self.peft is None
         full: dict[str, torch.Tensor] = {}
-        for name, t in self.engine_weights(self.export_dtype):  # a collective under FSDP2: every rank gathers
-            if self.ctx.is_main:
-                full[name] = full[tied[name]] if name in tied else t.cpu()
+        if export_model:
+            tied = self._tied_names()
+            for name, t in self.engine_weights(
+                self.export_dtype
+            ):  # a collective under FSDP2: all ranks gather
+                if self.ctx.is_main:
+                    full[name] = full[tied[name]] if name in tied else t.cpu()
+        adapter: dict[str, torch.Tensor] = {}
+        if self.peft is not None:
+            from dapo_rl.lora import adapter_state
+
+            for name, t in adapter_state(self.peft):  # a collective under FSDP2
+                if self.ctx.is_main:
+                    adapter[name] = t.cpu()
         with _single_process_dcp(self.ctx):
             dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
         # rank 0 writes the export after the collective save: the other ranks wait at the caller's barrier on the
         # CPU group (long timeout), not inside a GPU collective
-        if self.ctx.is_main:
+        if self.ctx.is_main and export_model:
             (path / "model").mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path / "model", state_dict=full, safe_serialization=True)
             # config.json says what the tensors hold, not the fp32 master's dtype
             if self.export_dtype is not None:
                 _set_config_dtype(path / "model" / "config.json", self.export_dtype)
-        del full
+        if self.ctx.is_main and self.peft is not None:
+            self.peft.save_pretrained(path / "adapter", state_dict=adapter, safe_serialization=True)
+        del full, adapter
 
     def _tied_names(self) -> dict[str, str]:
         """`{name: first name}` for every parameter name after the first of a tied group (found by identity)."""
@@ -779,14 +856,26 @@ class Actor:
         with _single_process_dcp(self.ctx):
             dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
         set_state_dict(
-            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=self._state_dict_options(),
         )
         self.scheduler.load_state_dict(state["scheduler"])
+
+    def _state_dict_options(self):
+        """Which parameters a checkpoint holds: all of them, or under LoRA the trainable adapters only (loading
+        then leaves the frozen base as it is; `dcp.load` has already failed on any adapter the checkpoint lacks)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        lora = self.peft is not None
+        return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
 
     def _dcp_state(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_dict_options())
         return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
 
 
@@ -822,6 +911,8 @@ def load_sharded_model(
     gradient_checkpointing: bool = False,
     load_weights: bool = True,
     config=None,
+    lora=None,
+    lora_seed: int = 0,
 ):
     """A checkpoint's causal LM, FSDP2-sharded over `ctx.mesh`, without any rank holding the whole model on its
     device: every rank builds the model on the `meta` device (no memory), shards it (`fully_shard`), allocates its
@@ -842,6 +933,11 @@ def load_sharded_model(
             `Actor.load` to fill from DCP (resume), the rotary buffers computed from the config (`_init_buffers`).
         config: build from this transformers config instead: no checkpoint is read and nothing is broadcast, the
             shards hold whatever `to_empty` leaves (`Actor(config=...)`: memory measurement only).
+        lora: `actor.lora` (rank > 0) to add PEFT's adapters before sharding (rank 0's copy gets the same adapters,
+            initialised from `lora_seed`, and broadcasts them with the base weights), or None.
+
+    Returns:
+        The sharded model; under `lora`, the `peft.PeftModel` around it.
 
     Raises:
         ConfigError: the checkpoint cannot be read (on any rank: the error reaches every rank).
@@ -881,12 +977,19 @@ def load_sharded_model(
     model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    wrapped = None
+    if lora is not None:
+        from dapo_rl.lora import wrap_model
+
+        wrapped = wrap_model(model, lora, lora_seed, base_path=path)
+        if full is not None:
+            wrap_model(full, lora, lora_seed)
     shard_model(model, ctx.mesh, compute_dtype)
     model.to_empty(device=ctx.device)
     if resumed:
         _init_buffers(model)
     if not weights:
-        return model
+        return wrapped or model
     state = full.state_dict() if full is not None else {}
     set_model_state_dict(
         model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -897,7 +1000,7 @@ def load_sharded_model(
             buf.copy_(source[name].to(buf.device))
         dist.broadcast(buf, src=0)
     del full, state, source
-    return model
+    return wrapped or model
 
 
 def _buffers_computable(model) -> bool:

@@ -2,8 +2,12 @@
 
 ```
 global_step_N/
-  model/              Hugging Face checkpoint (full weights, tokenizer): from_pretrained and vLLM load it
-  dcp/                torch.distributed.checkpoint of model, optimizer and scheduler (sharded, reshardable)
+  model/              Hugging Face checkpoint (full weights, tokenizer): from_pretrained and vLLM load it; under
+                      LoRA (`actor.lora`) the merged weights, in the run's last checkpoint only (`dapo export`
+                      writes it for any other)
+  adapter/            LoRA only: the adapters in PEFT's format (PeftModel.from_pretrained loads it on the base)
+  dcp/                torch.distributed.checkpoint of model, optimizer and scheduler (sharded, reshardable); under
+                      LoRA of the adapters and their optimizer state only (megabytes)
   rng_rank<r>.pt      every RNG of rank r
   trainer_state.pt    step, bad-step streak, sampler position, world size (written last: its presence marks a
                       complete checkpoint)
@@ -94,7 +98,14 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, actor, tokenizer, trainer_state: dict, ctx: DistContext, keep: int = 0
+    run_dir: Path,
+    step: int,
+    actor,
+    tokenizer,
+    trainer_state: dict,
+    ctx: DistContext,
+    keep: int = 0,
+    export_model: bool = True,
 ) -> Path:
     """Write `checkpoints/global_step_<step>/` (a collective: every rank calls it) and prune old ones.
 
@@ -106,6 +117,7 @@ def save_checkpoint(
         trainer_state: the loop's own state (step, streak, sampler, ...), written by rank 0.
         ctx: this rank.
         keep: newest checkpoints to keep (0 or less: all).
+        export_model: write `model/` (a LoRA actor writes it only when asked; a full one always does).
 
     Raises:
         NonFiniteWeights: the weights hold NaN or inf; nothing new becomes a checkpoint.
@@ -117,8 +129,8 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier(ctx)
-    actor.save(tmp)
-    if ctx.is_main:
+    actor.save(tmp, export_model=export_model)
+    if ctx.is_main and (tmp / "model").is_dir():
         tokenizer.save_pretrained(tmp / "model")
     torch.save(rng_state(), tmp / f"rng_rank{ctx.rank}.pt")
     barrier(ctx, checkpoint=True)  # rank 0 may still be writing model/

@@ -215,6 +215,19 @@ def _parser() -> argparse.ArgumentParser:
         "size (FakeTensorMode, a fake process group, FSDPMemTracker; no weights, no GPU; about 1.5 minutes for 32B "
         "at 128 ranks on 2 cores)",
     )
+    ex = sub.add_parser(
+        "export",
+        help="write a LoRA checkpoint's merged model (model/: a plain Hugging Face checkpoint)",
+        description="A run with actor.lora writes the merged model/ only in its last checkpoint; this writes it for "
+        "any checkpoint: the base model named in adapter/adapter_config.json with the adapter merged in (PEFT's "
+        "merge_and_unload), and the base's tokenizer. CHECKPOINT is a checkpoints/global_step_N directory, or a run "
+        "directory (its newest checkpoint).",
+    )
+    ex.add_argument("checkpoint", metavar="CHECKPOINT")
+    ex.add_argument("--out", help="output directory (default: CHECKPOINT/model)")
+    ex.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of the written weights"
+    )
     cf = sub.add_parser(
         "config",
         help="list every setting of a recipe: dotted key, value, default, one-line doc",
@@ -333,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             return _plan(args)
         if args.command == "config":
             return _config(args)
+        if args.command == "export":
+            return _export(args)
         recipe, overrides = _split_recipe(args)
         cfg = load_config(recipe, overrides)
         if args.command == "sft":
@@ -831,6 +846,30 @@ def _config(args) -> int:
             print(format_rows(rows), flush=True)
     except BrokenPipeError:  # `dapo config | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _export(args) -> int:
+    """`dapo export`: a LoRA checkpoint's merged model (`dapo_rl.lora.export_merged`)."""
+    from pathlib import Path
+
+    from dapo_rl.checkpoint import latest_checkpoint
+    from dapo_rl.config import ConfigError
+    from dapo_rl.lora import export_merged
+
+    ckpt = Path(args.checkpoint)
+    if not ckpt.is_dir():
+        raise ConfigError(f"{ckpt}: no such directory (give a checkpoints/global_step_N or a run directory)")
+    if (ckpt / "checkpoints").is_dir():
+        newest = latest_checkpoint(ckpt)
+        if newest is None:
+            raise ConfigError(f"{ckpt}: the run has no complete checkpoint")
+        ckpt = newest
+    if not (ckpt / "adapter").is_dir() and (ckpt / "model").is_dir():
+        print(f"dapo export: {ckpt} is a full fine-tuning checkpoint; its model/ is the model already")
+        return 0
+    out = export_merged(str(ckpt), args.out, args.dtype)
+    print(f"dapo export: wrote {out} (from_pretrained and vLLM load it)")
     return 0
 
 

@@ -367,6 +367,25 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, Hu et al. 2021) through PEFT: the base weights stay frozen, only the adapters train
+    (verl's `actor_rollout_ref.model.lora_rank` / `lora_alpha` / `target_modules`; TRL's `peft_config`)."""
+
+    rank: int = 0
+    """Rank r of each adapter pair (A: r x in, B: out x r); 0: no adapters, every weight trains (full fine-tuning)."""
+    alpha: float = 32.0
+    """PEFT's `lora_alpha`: the adapter's output is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """PEFT's `lora_dropout` on the adapter's input during the update (never while sampling or recomputing pi_old)."""
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Module names that get adapters (PEFT's `target_modules`); `all-linear`: every linear layer of the decoder
+    (attention and MLP projections, not the LM head), PEFT's choice for any architecture."""
+    init: str = "default"
+    """PEFT's `init_lora_weights`: `default` (A Kaiming-uniform, B zero) or `gaussian` (A normal with std 1/r, B
+    zero); either way the adapted model starts as the base model."""
+
+
+@dataclass
 class ActorConfig:
     """The policy update (verl's `actor_rollout_ref.actor.*`)."""
 
@@ -421,6 +440,9 @@ class ActorConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
     about a third more compute. Needed for long responses on big models."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning (`actor.lora.rank` > 0): only the adapters and their AdamW state
+    train and are checkpointed; the rollout engine receives the merged weights (W + alpha/r B A)."""
 
 
 TRACKERS = ("console", "jsonl", "tensorboard", "wandb", "trackio", "mlflow")
@@ -815,7 +837,19 @@ def validate_config(cfg: Config) -> None:
             "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
             "actor.gradient_checkpointing"
         )
-    if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR:
+    lo = act.lora
+    if lo.rank < 0:
+        raise ConfigError(f"actor.lora.rank={lo.rank} must be >= 0 (0: full fine-tuning)")
+    if lo.rank > 0:
+        _choice(lo.init, ("default", "gaussian"), "actor.lora.init")
+        if not 0.0 <= lo.dropout < 1.0:
+            raise ConfigError(f"actor.lora.dropout={lo.dropout} must be in [0, 1)")
+        if lo.alpha <= 0:
+            raise ConfigError(f"actor.lora.alpha={lo.alpha} must be > 0")
+        if not lo.target_modules:
+            raise ConfigError("actor.lora.target_modules is empty: name modules, or all-linear")
+    # frozen bf16 base weights under LoRA are fine: the adapters train in fp32
+    if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR and lo.rank == 0:
         # AdamW's step is about lr in size; on a weight of magnitude ~0.02 a step of 1e-6 is 5e-5 of it, far below
         # bf16's half-spacing (2^-9 = 2e-3 relative): every update rounds back to the old weight
         raise ConfigError(

@@ -82,8 +82,11 @@ def closing_summary(
             )
     lines.append(f"  run        {run_dir} (metrics.jsonl, config.yaml)")
     if checkpoint is not None:
+        adapter = (Path(checkpoint) / "adapter").is_dir()
         lines.append(
-            f"  checkpoint {checkpoint} (model/ loads with from_pretrained; --resume continues from it)"
+            f"  checkpoint {checkpoint} (model/ loads with from_pretrained"
+            + ("; adapter/ with peft's PeftModel.from_pretrained" if adapter else "")
+            + "; --resume continues from it)"
         )
     if Path(figure).is_file():
         lines.append(f"  figure     {figure}")

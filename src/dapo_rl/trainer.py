@@ -154,7 +154,10 @@ class Trainer:
 
             self.tokenizer = build_tiny_tokenizer()
             self._setup_data()
-        load_path = str(ckpt / "model") if ckpt is not None else self._base_model_path()
+        lora = cfg.actor.lora.rank > 0
+        # under LoRA the actor and the engine start from the base model: a checkpoint holds the adapters, and its
+        # merged model/ only at the run's end
+        load_path = str(ckpt / "model") if ckpt is not None and not lora else self._base_model_path()
         self._setup_tokenizer(load_path)
         if not data_first:
             self._setup_data()
@@ -179,6 +182,7 @@ class Trainer:
             temperature=cfg.rollout.temperature,
             attn_implementation=self.attn_implementation,
             load_weights=ckpt is None,  # resume: DCP's shards fill the parameters; model/ is for the engine
+            seed=cfg.trainer.seed,  # of the LoRA adapters' initialisation
         )
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
@@ -210,7 +214,7 @@ class Trainer:
         check_names = getattr(self.engine, "check_weight_names", None)
         if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:
-                check_names(list(self.actor.model.state_dict()))
+                check_names(self.actor.engine_weight_names())
             except ValueError as e:
                 raise ConfigError(f"rollout.name={cfg.rollout.name}: {e}") from e
         # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
@@ -234,6 +238,8 @@ class Trainer:
         self.campo = CampoSchedule(cfg.algorithm.campo) if cfg.algorithm.campo.enable else None
         if ckpt is not None:
             self._resume_from(ckpt)
+            if lora:  # the engine holds the base model: give it the resumed adapters, merged
+                self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
         self._apply_stage()
         self.tracking = None
         failed: ConfigError | None = None
@@ -669,7 +675,7 @@ class Trainer:
                     )
                 saved = None
                 if last or (t.save_freq > 0 and self.step % t.save_freq == 0):
-                    saved = self.save_checkpoint()
+                    saved = self.save_checkpoint(final=last)
                 bar.update(1)
                 if console:
                     write(self._format(row))
@@ -714,8 +720,9 @@ class Trainer:
         cap = self.cfg.trainer.max_generated_samples
         return cap > 0 and self.gen_samples_total >= cap
 
-    def save_checkpoint(self) -> Path:
-        """Write `checkpoints/global_step_<step>/` (see `dapo_rl.checkpoint`); prune old ones.
+    def save_checkpoint(self, final: bool = False) -> Path:
+        """Write `checkpoints/global_step_<step>/` (see `dapo_rl.checkpoint`); prune old ones. Under LoRA the merged
+        `model/` is written only when `final` (the run's last step).
 
         Raises:
             TrainingDiverged: the weights are not finite (the previous checkpoint is kept).
@@ -737,6 +744,7 @@ class Trainer:
                 state,
                 self.ctx,
                 self.cfg.trainer.max_ckpt_to_keep,
+                export_model=final,
             )
         except NonFiniteWeights as e:
             raise TrainingDiverged(

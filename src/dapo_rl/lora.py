@@ -1,0 +1,191 @@
+"""LoRA for the actor, through PEFT: wrapping the model, the merged weights a rollout engine and the Hugging Face export
+take, and the adapter in PEFT's own format.
+
+The actor trains the adapters (`lora_A`, `lora_B`) and nothing else; every other parameter is frozen. A rollout
+engine never sees adapters: it receives, under the base model's Hugging Face names, the merged weight of every
+adapted layer, W + (alpha / r) B A, computed out of place by PEFT's `get_delta_weight` (the base weights are never
+changed, so no merge/unmerge round trip rounds them step after step), and every other weight as it is. Under FSDP2
+the adapted layers' FSDP units are all-gathered one at a time (`FSDPModule.unshard`) for that computation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+
+from dapo_rl.config import ConfigError, LoraConfig
+
+ADAPTER = "default"
+"""The name of the one adapter PEFT holds (its default name)."""
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError as e:
+        raise ConfigError(
+            "actor.lora.rank > 0 trains adapters through PEFT, which is not installed: pip install 'dapo-rl[lora]'"
+        ) from e
+    return peft
+
+
+def wrap_model(model, cfg: LoraConfig, seed: int, base_path: str | None = None):
+    """Give `model` LoRA adapters (PEFT's `get_peft_model`, in place) and freeze everything else.
+
+    The adapters are initialised from their own generator seeded with `seed` (the caller's global generators are
+    left as they were), so one process and every rank of FSDP2 build the same adapters. Adapters are fp32 even
+    on a bf16 base (PEFT's `autocast_adapter_dtype`).
+
+    Args:
+        model: a transformers causal LM (on any device, `meta` included: then the adapters are on `meta` too).
+        cfg: `actor.lora` (rank > 0).
+        seed: seed of the adapters' initialisation (`lora_A`; `lora_B` starts at zero).
+        base_path: the base checkpoint, recorded in `adapter_config.json` (`base_model_name_or_path`).
+
+    Returns:
+        The `peft.PeftModel`; `model` itself (its `get_base_model()`) now holds the adapted layers.
+
+    Raises:
+        ConfigError: PEFT is not installed, or `target_modules` matches no module of the model.
+    """
+    peft = _peft()
+    targets = (
+        cfg.target_modules[0] if list(cfg.target_modules) == ["all-linear"] else list(cfg.target_modules)
+    )
+    config = peft.LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=targets,
+        init_lora_weights=True if cfg.init == "default" else cfg.init,
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            wrapped = peft.get_peft_model(model, config)
+        except ValueError as e:
+            raise ConfigError(f"actor.lora.target_modules={list(cfg.target_modules)}: {e}") from e
+    if base_path is not None:  # absolute, so that `dapo export` finds it from any directory
+        wrapped.peft_config[ADAPTER].base_model_name_or_path = (
+            os.path.abspath(base_path) if os.path.isdir(base_path) else base_path
+        )
+    return wrapped
+
+
+def lora_layers(model) -> dict[str, torch.nn.Module]:
+    """`{module name: PEFT LoRA layer}` of a wrapped model's base (`PeftModel.get_base_model()`), in module order."""
+    from peft.tuners.lora import LoraLayer
+
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
+
+
+def is_adapter_name(name: str) -> bool:
+    """Whether a state-dict name is an adapter's (`...lora_A.default.weight`, `...lora_B...`), not a base weight."""
+    return ".lora_" in name
+
+
+def hf_name(name: str) -> str:
+    """The base model's Hugging Face name of a wrapped model's parameter: `q_proj.base_layer.weight` -> `q_proj.weight`
+    (PEFT moves the adapted layer's own weights under `base_layer`)."""
+    return name.replace(".base_layer.", ".")
+
+
+def merged_layer_weights(
+    model, dtype: torch.dtype | None = None, sharded: bool = False
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(Hugging Face name, W + delta)` for the weight of every LoRA layer of `model`, one at a time, where delta is
+    PEFT's `get_delta_weight` (alpha / r * B A, in W's layout), computed out of place.
+
+    Under FSDP2 (`sharded`), the layers are taken unit by unit: each FSDP unit holding LoRA layers (a decoder layer,
+    or the root) is all-gathered (`unshard`, in the mixed-precision policy's dtype), its merged weights computed and
+    yielded, and resharded; a collective: every rank consumes the iterator to the end.
+
+    Args:
+        model: the wrapped model's base (`PeftModel.get_base_model()`), sharded or not.
+        dtype: cast each merged weight to this dtype (None: W's dtype).
+        sharded: the model is FSDP2-sharded.
+
+    Returns:
+        Full tensors `(out, in)`, detached, in the model's module order within each unit.
+    """
+    layers = lora_layers(model)
+    if not sharded:
+        groups: list[tuple[torch.nn.Module | None, list[str]]] = [(None, list(layers))]
+    else:
+        from torch.distributed.fsdp import FSDPModule
+
+        units = {n: m for n, m in model.named_modules() if isinstance(m, FSDPModule)}
+        by_unit: dict[str, list[str]] = {}
+        for name in layers:  # the nearest FSDP unit above the layer (the root's name is "")
+            owner = max((u for u in units if u == "" or name.startswith(u + ".")), key=len)
+            by_unit.setdefault(owner, []).append(name)
+        groups = [(units[u], names) for u, names in by_unit.items()]
+    with torch.no_grad():
+        for unit, names in groups:
+            if unit is not None:
+                unit.unshard()
+            try:
+                for name in names:
+                    layer = layers[name]
+                    w = layer.base_layer.weight
+                    merged = w + layer.get_delta_weight(ADAPTER).to(w.dtype)
+                    if dtype is not None:
+                        merged = merged.to(dtype)
+                    yield f"{name}.weight", merged.detach()
+            finally:
+                if unit is not None:
+                    unit.reshard()
+
+
+def adapter_state(peft_model) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(PeftModel state-dict name, full tensor)` of every adapter parameter, one at a time (under FSDP2 each is
+    all-gathered: a collective, every rank consumes it to the end); the input `PeftModel.save_pretrained` takes as
+    `state_dict`."""
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if is_adapter_name(name):
+                yield name, (p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
+
+
+def export_merged(checkpoint: str, output: str | None = None, dtype: str = "float32") -> str:
+    """Write the merged model of a LoRA checkpoint as a plain Hugging Face checkpoint (`dapo export`): the base model
+    that `adapter/adapter_config.json` names, its adapter merged in (PEFT's `merge_and_unload`), and the base's
+    tokenizer.
+
+    Args:
+        checkpoint: a `global_step_N` directory holding `adapter/`.
+        output: where to write (default: `<checkpoint>/model`).
+        dtype: `float32` or `bfloat16`, the written weights' dtype (the merge itself is computed in it too).
+
+    Returns:
+        The output directory.
+
+    Raises:
+        ConfigError: no `adapter/` in `checkpoint`, or its base model cannot be loaded.
+    """
+    import json
+    from pathlib import Path
+
+    from dapo_rl.actor import load_model, load_tokenizer
+
+    peft = _peft()
+    ckpt = Path(checkpoint)
+    adapter = ckpt / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"{ckpt}: no adapter/adapter_config.json (not a checkpoint of a run with actor.lora)"
+        )
+    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{adapter / 'adapter_config.json'}: no base_model_name_or_path")
+    out = Path(output) if output else ckpt / "model"
+    tokenizer = load_tokenizer(base, setting=f"{adapter}/adapter_config.json base_model_name_or_path")
+    model = load_model(base, dtype, setting=f"{adapter}/adapter_config.json base_model_name_or_path")
+    merged = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return str(out)
