@@ -187,6 +187,13 @@ class Trainer:
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
         )  # DTensors count their full size
+        if lora:
+            lo = cfg.actor.lora
+            trained = sum(p.numel() for p in self.actor.trainable)
+            self.log(
+                f"actor: LoRA rank {lo.rank}, alpha {lo.alpha:g} on {', '.join(lo.target_modules)}: {trained:,} "
+                f"trainable parameters of {self.n_params:,} ({100 * trained / self.n_params:.2f}%), the base frozen"
+            )
         bf16 = (
             autocast == "bfloat16" or cfg.model.dtype == "bfloat16"
         )  # bf16 parameters compute in bf16 anyway
