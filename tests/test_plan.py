@@ -360,3 +360,230 @@ def test_measured_micro_batch_follows_the_recipe():
         "dapo_qwen2.5_1.5b_math", ["actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=9000"]
     )
     assert micro_batch_rows(dyn, 1) == 2  # two 4,096-token rows in a 9,000-token budget
+
+
+# ------------------------------------------------------------------------------------------------------------- LoRA
+QWEN25_05B_LORA8 = 24 * 8 * (2 * (896 + 896) + 2 * (896 + 128) + 3 * (896 + 4864))
+"""Qwen2.5-0.5B, rank 8, all-linear, by hand: h 896, 14 heads of 64 (q and o: 896 wide), 2 key/value heads (k and
+v: 128 wide), MLP 4,864. Per layer r x (in + out): q 8 x 1,792, k 8 x 1,024, v 8 x 1,024, o 8 x 1,792, gate, up and
+down 8 x 5,760 each: 8 x 22,912 = 183,296; x 24 layers = 4,399,104 (the LM head is left out)."""
+
+
+def _peft_counts(cfg, target_modules, dtype=torch.float32):
+    """(trainable parameters, adapted modules, adapter dtypes, frozen dtypes) of the recipe's model wrapped by PEFT on
+    the meta device, as the Actor wraps it (`all-linear` passed as PEFT's string shorthand)."""
+    import peft
+
+    from dapo_rl.plan import model_config
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config(cfg), dtype=dtype)
+    targets = "all-linear" if target_modules == ["all-linear"] else target_modules
+    model = peft.get_peft_model(
+        model, peft.LoraConfig(r=cfg.actor.lora.rank, target_modules=targets, task_type="CAUSAL_LM")
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    adapted = sum(isinstance(m, peft.tuners.lora.LoraLayer) for m in model.modules())
+    return sum(p.numel() for p in trainable), adapted, {p.dtype for p in trainable}, {p.dtype for p in frozen}
+
+
+@pytest.mark.filterwarnings(
+    "ignore:Model has `tie_word_embeddings=True`"
+)  # PEFT, on adapting the tied embedding
+@pytest.mark.parametrize("targets", [["all-linear"], ["q_proj", "v_proj"], ["embed_tokens", "down_proj"]])
+@pytest.mark.parametrize("source", ["embedded", "size_hint", "smollm2_shape", "config_json"])
+def test_lora_count_equals_peft_on_meta(source, targets, monkeypatch, tmp_path):
+    """The plan's adapter count against PEFT's own (`requires_grad` parameters after `get_peft_model`), for every
+    source of the model's shape: the embedded Qwen2, a Qwen2.5 size hint, SmolLM2's Llama shape, and a config.json
+    (built on the meta device, grouped-query attention with an explicit head_dim)."""
+    overrides = [
+        f"actor.lora.rank={16 if source == 'smollm2_shape' else 8}",
+        f"actor.lora.target_modules={targets}",
+    ]
+    recipe = {
+        "embedded": "tiny_chain_sum",
+        "size_hint": "dapo_qwen2.5_0.5b_gsm8k",
+        "smollm2_shape": "smollm2_chain_sum",
+        "config_json": "dapo_qwen2.5_0.5b_gsm8k",
+    }[source]
+    if source == "smollm2_shape":
+        monkeypatch.setenv("DAPO_RL_CACHE", str(tmp_path))  # its published shape, not a converted checkpoint
+    if source == "config_json":
+        shape = {k: v for k, v in QWEN25_SHAPES["0.5b"].items() if k != "name"}
+        shape.update(
+            hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, head_dim=32
+        )
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **shape}))
+        overrides.append(f"model.path={tmp_path}")
+    cfg = load_config(recipe, overrides)
+    plan = plan_recipe(cfg)
+    trainable, adapted, adapter_dtypes, _ = _peft_counts(cfg, targets)
+    assert plan["lora"]["trainable_params"] == trainable
+    assert plan["lora"]["num_modules"] == adapted
+    assert plan["memory"]["trainable_params"] == trainable
+    assert plan["memory"]["total_params"] == plan["model"]["num_params"] + trainable
+    assert adapter_dtypes == {torch.float32}
+    if source == "size_hint" and targets == ["all-linear"]:
+        assert trainable == QWEN25_05B_LORA8 == 4_399_104
+
+
+def test_peft_keeps_adapters_in_fp32_on_a_bf16_base():
+    """What `ADAPTER_BYTES` stands on: the adapters are fp32 while the frozen base stays bf16."""
+    from dapo_rl.plan import ADAPTER_BYTES
+
+    cfg = load_config("dapo_qwen2.5_0.5b_gsm8k", ["actor.lora.rank=8", "model.dtype=bfloat16"])
+    trainable, _, adapter_dtypes, frozen_dtypes = _peft_counts(cfg, ["all-linear"], dtype=torch.bfloat16)
+    assert trainable == QWEN25_05B_LORA8
+    assert adapter_dtypes == {torch.float32} and frozen_dtypes == {torch.bfloat16}
+    assert ADAPTER_BYTES == 4
+
+
+def test_lora_memory_of_qwen25_05b_by_hand():
+    base = 494_032_768  # Qwen2.5-0.5B (test_size_hint_counts_equal_transformers_on_meta)
+    plan = plan_recipe(
+        load_config("dapo_qwen2.5_0.5b_gsm8k", ["actor.lora.rank=8"])
+    )  # 1 GPU, fp32, bf16 autocast
+    mem, lora = plan["memory"], plan["lora"]
+    assert lora["trainable_params"] == QWEN25_05B_LORA8 == 4_399_104
+    assert lora["num_modules"] == 24 * 7 == 168
+    assert mem["params"] == (base + 4_399_104) * 4 == 1_993_727_488  # frozen fp32 base + fp32 adapters
+    assert mem["grads"] == 4_399_104 * 4 == 17_596_416  # the adapters only
+    assert mem["optimizer"] == 2 * 4 * 4_399_104 == 35_192_832  # AdamW's two fp32 moments of the adapters
+    assert mem["states"] == 1_993_727_488 + 17_596_416 + 35_192_832
+    assert mem["compute_copies"] == base * 2  # as for full fine-tuning: a bf16 copy of every weight
+    # activations: lora_A's output, r = 8 bf16 values per adapted module and token (168 modules), 12,288 tokens
+    assert mem["act_lora"] == 12_288 * 168 * 8 * 2 == 33_030_144
+    full = plan_recipe(load_config("dapo_qwen2.5_0.5b_gsm8k"))["memory"]
+    assert mem["activations"] == full["activations"] + 33_030_144
+    assert full["trainable_params"] == full["total_params"] == base and full["act_lora"] == 0
+    # bf16 base over 8 GPUs: the frozen base in 2 bytes, the adapters still in 4; everything / 8
+    mem8 = plan_recipe(
+        load_config(
+            "dapo_qwen2.5_0.5b_gsm8k",
+            ["actor.lora.rank=8", "model.dtype=bfloat16", "trainer.n_gpus_per_node=8"],
+        )
+    )["memory"]
+    assert mem8["params"] == (base * 2 + 4_399_104 * 4) // 8 == 125_707_744
+    assert mem8["grads"] == 4_399_104 * 4 // 8 == 2_199_552
+    assert mem8["optimizer"] == 2 * 4 * 4_399_104 // 8 == 4_399_104
+    # dropout 0.1: each adapted module also keeps its dropped input (bf16) and the 1-byte mask: per layer the inputs
+    # are q, k, v, gate, up: h = 896 each, o: 896, down: 4,864 -> 10,240 values
+    drop = plan_recipe(
+        load_config("dapo_qwen2.5_0.5b_gsm8k", ["actor.lora.rank=8", "actor.lora.dropout=0.1"])
+    )
+    assert drop["lora"]["act_bytes_per_token"] == 24 * (7 * 8 * 2 + 10_240 * (2 + 1)) == 739_968
+
+
+def test_lora_plan_text():
+    text = format_plan(plan_recipe(load_config("dapo_qwen2.5_0.5b_gsm8k", ["actor.lora.rank=8"])))
+    assert (
+        "adapters  LoRA rank 8 (all-linear): 4,399,104 trainable parameters (0.89% of 494,032,768), frozen base in "
+        "float32\n          168 modules adapted, alpha 32, dropout 0;" in text
+    )
+    assert "  parameters           1.86   (494,032,768 frozen x 4 B + 4,399,104 adapter x 4 B)\n" in text
+    assert "  gradients            0.02   the adapters only: 4,399,104 x 4 B\n" in text
+    assert "  AdamW moments        0.03   the adapters only: 2 x 4 B per adapter parameter\n" in text
+    assert "(estimate; LoRA adapters 0.03 of it)" in text
+    full = format_plan(plan_recipe(load_config("dapo_qwen2.5_0.5b_gsm8k")))
+    assert "adapters" not in full and "LoRA" not in full
+    assert "  gradients            1.84   same as the parameters\n" in full  # 494,032,768 x 4 B
+    sharded = format_plan(
+        plan_recipe(load_config("dapo_qwen2.5_32b", ["actor.lora.rank=64", "model.dtype=bfloat16"]))
+    )
+    assert "frozen base in bfloat16" in sharded and "x 4 B) / 128\n" in sharded
+
+
+def test_lora_explicit_targets_by_hand():
+    def lora(*targets):
+        cfg = load_config(
+            "dapo_qwen2.5_0.5b_gsm8k", ["actor.lora.rank=8", f"actor.lora.target_modules={list(targets)}"]
+        )
+        return plan_recipe(cfg)
+
+    # q: 8 x (896 + 896) = 14,336; v: 8 x (896 + 128) = 8,192; per layer 22,528, x 24 layers
+    assert lora("q_proj", "v_proj")["lora"]["trainable_params"] == 24 * 22_528 == 540_672
+    # a full name (PEFT: equal, or ends in "." + the name): layer 0's q projection only
+    assert lora("layers.0.self_attn.q_proj")["lora"]["trainable_params"] == 14_336
+    # the LM head, named: 8 x (896 + 151,936); all-linear leaves it out
+    assert lora("lm_head")["lora"]["trainable_params"] == 8 * (896 + 151_936) == 1_222_656
+    plan = lora("q_proj", "no_such_proj")
+    assert plan["lora"]["trainable_params"] == 24 * 14_336
+    assert any("no_such_proj match no linear layer" in w for w in plan["warnings"])
+    with pytest.raises(ConfigError, match="matches no linear layer or embedding of Qwen2.5-0.5B"):
+        lora("no_such_proj")
+    # in a longer list, all-linear is a module name (as dapo_rl.lora.wrap_model hands a list to PEFT): q only
+    mixed = lora("all-linear", "q_proj")
+    assert mixed["lora"]["trainable_params"] == 24 * 14_336
+    assert any("all-linear match no linear layer" in w for w in mixed["warnings"])
+
+
+def test_measurement_gives_the_frozen_base_no_gradient():
+    """`tracked_update` on a PEFT-wrapped model (the embedded tiny Qwen2, rank 8, AdamW over the adapters, an update
+    that runs one forward/backward/step): the frozen base gets no gradient, and the measured states equal the plan's.
+    Adapters by hand: per layer q, k, v, o 8 x (192 + 192), gate, up, down 8 x (192 + 576): 30,720; x 3 layers."""
+    from types import SimpleNamespace
+
+    import peft
+
+    from dapo_rl.plan import model_config
+    from dapo_rl.plan_measure import tracked_update
+
+    cfg = load_config("tiny_chain_sum", ["actor.lora.rank=8"])
+    plan = plan_recipe(cfg)
+    assert plan["lora"]["trainable_params"] == 3 * 30_720 == 92_160
+    torch.manual_seed(0)
+    model = peft.get_peft_model(
+        AutoModelForCausalLM.from_config(model_config(cfg)),
+        peft.LoraConfig(r=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable)
+
+    grad_bytes = []
+
+    def update(ids):
+        model(input_ids=ids).logits.float().mean().backward()
+        grad_bytes.append(
+            sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+        )
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    actor = SimpleNamespace(
+        model=model,
+        optimizer=optimizer,
+        ctx=SimpleNamespace(sharded=False),
+        device=torch.device("cpu"),
+        update=update,
+    )
+    result = tracked_update(actor, torch.randint(0, 258, (2, 16)))
+    assert all(p.grad is None for p in model.parameters())
+    resident, peak, mem = result["resident"], result["update_peak"], plan["memory"]
+    assert resident["grads"] == 0
+    assert resident["tracker"]["Parameter"] == mem["params"] == (1_490_304 + 92_160) * 4
+    assert grad_bytes == [mem["grads"]] == [92_160 * 4]  # after the backward: the adapters' gradients only
+    assert 0 < peak["grads"] <= mem["grads"]  # (at the update's peak, in the backward, some of them)
+    # AdamW: two fp32 moments per adapter parameter, plus a 4-byte `step` per parameter tensor (42: A and B of 21)
+    assert resident["optimizer"] == mem["optimizer"] + 42 * 4 == 2 * 4 * 92_160 + 168
+
+
+@pytest.mark.parametrize("targets", [["all-linear"], ["q_proj", "v_proj"]])
+def test_lora_count_equals_the_actors_wrapping(targets):
+    """The same count through `dapo_rl.lora.wrap_model`, which the Actor calls (its `all-linear` conversion included):
+    the embedded tiny Qwen2 at rank 4, on the meta device."""
+    from dapo_rl.lora import wrap_model
+    from dapo_rl.plan import model_config
+
+    cfg = load_config("tiny_chain_sum", ["actor.lora.rank=4", f"actor.lora.target_modules={targets}"])
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config(cfg))
+    wrapped = wrap_model(model, cfg.actor.lora, seed=0)
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    # by hand, per layer (h 192, 4 heads of 48: k and v 192 wide, MLP 576): all-linear 4 x (4 x 384 + 3 x 768) =
+    # 15,360; q and v 4 x (384 + 384) = 3,072; x 3 layers
+    assert (
+        plan_recipe(cfg)["lora"]["trainable_params"]
+        == trainable
+        == 3 * (15_360 if targets[0] == "all-linear" else 3_072)
+    )

@@ -33,6 +33,28 @@ Memory model, per rank (one GPU), in bytes:
   weights (bf16, split over `rollout.tensor_model_parallel_size` GPUs) and KV cache. It is resident while
   generating; during the update it sleeps (`rollout.sleep_level` >= 1 frees it) or stays (0).
 
+LoRA (`actor.lora.rank` r > 0; PEFT's `get_peft_model(model, LoraConfig(r=r, target_modules=...))`): every
+targeted `nn.Linear(in, out)` gets `lora_A` (r x in) and `lora_B` (out x r), every targeted `nn.Embedding(num, dim)`
+`lora_embedding_A` (r x num) and `lora_embedding_B` (dim x r): r x (in + out) trainable parameters each, counted
+exactly over the model's modules (`lora_targets`: PEFT's matching rules; `all-linear` is every linear layer but the
+output layer, i.e. q/k/v/o and gate/up/down of every decoder layer, not the LM head). PEFT keeps the adapters in
+fp32 (`autocast_adapter_dtype`) whatever the base's dtype. Only they train, so per rank, divided by the world size
+as above: parameters = base x bytes(`model.dtype`) + adapters x 4; gradients = adapters x 4 (the frozen base has
+none); AdamW = 2 x 4 x adapters (the optimizer holds the trainable parameters only). Compute copies are counted as
+for full fine-tuning: the forward still runs the whole model (one process with bf16 autocast: the frozen weights are
+not in autocast's cache, which keeps only leaves that require gradients, but each bf16 cast is kept for the input's
+gradient, the same size without checkpointing); the adapters' own bf16 copies (r x (in + out) x 2 bytes) are left
+out. Activations (an estimate, on the high side): as for full fine-tuning, plus per adapted decoder module and token
+`lora_A`'s output (r values, which `lora_B`'s gradient needs) and, where the adapter reads a copy of its input, that
+copy (`in` values, kept for `lora_A`'s gradient): with `actor.lora.dropout` > 0 (the dropped input, plus its 1-byte
+mask), and with a bf16 base without autocast (PEFT casts the input to the fp32 adapters). Left out: what the frozen
+base no longer keeps (its linear layers and norms keep no inputs for weight gradients), and the adapters of
+embeddings and of the LM head. Measured (the tensors one forward saves for the backward, a 2-layer Qwen2 of hidden
+size 448, MLP 2,432, r = 8, against the same model fully trained): LoRA changes the activations by -10% to -11% in
+fp32, under bf16 autocast and in bf16 throughout (FSDP2's bf16 compute), where the estimate adds 0%; by +25% to
++33% with dropout 0.1 (estimated +31% to +51%); by +34% for a bf16 base without autocast (estimated +68%), +92%
+with dropout (estimated +84%). vLLM receives merged weights (the base's size): its figures do not change.
+
 The peak is the larger of the rollout phase (parameters + AdamW moments + engine: `Actor.update` frees the
 gradients at its end) and the update phase (states + compute copies + activations + an awake engine). Not included:
 the CUDA context, NCCL buffers and allocator fragmentation (a few GiB).
@@ -153,6 +175,39 @@ def qwen2_param_counts(shape: dict[str, Any]) -> dict[str, int]:
     return {"total": layer * shape["num_hidden_layers"] + root, "layer": layer, "root": root, "kv_dim": kv}
 
 
+def qwen2_modules(shape: dict[str, Any]) -> list[tuple[str, str, int, int]]:
+    """The linear layers and embeddings of a Qwen2/Llama causal LM from its config.json fields, named as transformers
+    names them (`Qwen2ForCausalLM`, `LlamaForCausalLM`), in `named_modules()` order.
+
+    Per decoder layer k (`model.layers.k.`): `self_attn.q_proj` (h -> heads x head_dim), `self_attn.k_proj` and
+    `self_attn.v_proj` (h -> kv), `self_attn.o_proj` (heads x head_dim -> h), `mlp.gate_proj` and `mlp.up_proj`
+    (h -> i), `mlp.down_proj` (i -> h); outside them `model.embed_tokens` (vocab x h) and `lm_head` (h -> vocab, a
+    module of its own even when its weight is tied to the embedding). head_dim = `head_dim`, else h / heads.
+
+    Returns:
+        `(name, kind, in, out)` per module: kind `"linear"` (in/out features) or `"embedding"` (in: the vocabulary,
+        out: the embedding width).
+    """
+    h, i, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    head_dim = shape.get("head_dim") or h // shape["num_attention_heads"]
+    q = shape["num_attention_heads"] * head_dim
+    kv = shape["num_key_value_heads"] * head_dim
+    layer = (
+        ("self_attn.q_proj", h, q),
+        ("self_attn.k_proj", h, kv),
+        ("self_attn.v_proj", h, kv),
+        ("self_attn.o_proj", q, h),
+        ("mlp.gate_proj", h, i),
+        ("mlp.up_proj", h, i),
+        ("mlp.down_proj", i, h),
+    )
+    modules = [("model.embed_tokens", "embedding", v, h)]
+    for k in range(shape["num_hidden_layers"]):
+        modules += [(f"model.layers.{k}.{name}", "linear", a, b) for name, a, b in layer]
+    modules.append(("lm_head", "linear", h, v))
+    return modules
+
+
 def _shape_from_table(shape: dict[str, Any], source: str) -> dict[str, Any]:
     counts = qwen2_param_counts(shape)
     return {
@@ -167,6 +222,8 @@ def _shape_from_table(shape: dict[str, Any], source: str) -> dict[str, Any]:
         "kv_dim": counts["kv_dim"],
         "vocab_size": shape["vocab_size"],
         "max_position_embeddings": shape.get("max_position_embeddings"),
+        "modules": qwen2_modules(shape),
+        "output_layer": "lm_head",
     }
 
 
@@ -190,6 +247,7 @@ def _shape_from_checkpoint(path: Path, trust_remote_code: bool) -> dict[str, Any
     heads = getattr(text, "num_attention_heads", None)
     head_dim = getattr(text, "head_dim", None) or (h // heads if h and heads else None)
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return {
         "name": type(model).__name__,
         "source": f"{path / 'config.json'} (built on the meta device)",
@@ -202,7 +260,26 @@ def _shape_from_checkpoint(path: Path, trust_remote_code: bool) -> dict[str, Any
         "kv_dim": kv_heads * head_dim if kv_heads and head_dim else None,
         "vocab_size": getattr(text, "vocab_size", None),
         "max_position_embeddings": getattr(text, "max_position_embeddings", None),
+        "modules": _module_list(model),
+        "output_layer": next((n for n, m in model.named_modules() if m is out_emb), None),
     }
+
+
+def _module_list(model) -> list[tuple[str, str, int, int]]:
+    """`(name, kind, in, out)` of every module LoRA can adapt in a built model, as `qwen2_modules`: `nn.Linear` and
+    transformers' `Conv1D` (GPT-2's linear layers, weight in x out) as `"linear"`, `nn.Embedding` as `"embedding"`."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    out = []
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            out.append((name, "linear", m.in_features, m.out_features))
+        elif isinstance(m, Conv1D):
+            out.append((name, "linear", m.nx, m.nf))
+        elif isinstance(m, torch.nn.Embedding):
+            out.append((name, "embedding", m.num_embeddings, m.embedding_dim))
+    return out
 
 
 def model_shape(cfg: Config) -> dict[str, Any]:
@@ -214,7 +291,9 @@ def model_shape(cfg: Config) -> dict[str, Any]:
     Returns:
         `name`, `source` (where the numbers come from), `num_params`, `layer_params` (one decoder layer),
         `root_params` (embeddings, final norm, lm_head), `num_layers`, `hidden_size`, `intermediate_size`, `kv_dim`
-        (key/value width: key/value heads x head dim), `vocab_size`, `max_position_embeddings` (None where unknown).
+        (key/value width: key/value heads x head dim), `vocab_size`, `max_position_embeddings` (None where unknown),
+        `modules` (the linear layers and embeddings, `(name, kind, in, out)`: see `qwen2_modules`), `output_layer`
+        (the LM head's module name, which PEFT's `all-linear` leaves out; None where the model has none).
 
     Raises:
         ConfigError: neither a config.json under `model.path` nor a `model.size_hint`, an unknown size hint, or a
@@ -325,6 +404,91 @@ def load_plan_config(recipe: str | None, overrides: list[str]) -> tuple[Config, 
     return cfg, []
 
 
+ADAPTER_BYTES = 4
+"""Bytes per adapter value: PEFT creates LoRA's adapters in fp32 even on a bf16 base (`get_peft_model(...,
+autocast_adapter_dtype=True)`, its default), and their gradients and AdamW moments follow."""
+
+ALL_LINEAR = "all-linear"
+"""PEFT's shorthand (`peft.utils.INCLUDE_LINEAR_LAYERS_SHORTHAND`) for every linear layer but the output layer."""
+
+
+def lora_targets(
+    shape: dict[str, Any], target_modules: list[str]
+) -> tuple[list[tuple[str, str, int, int]], list[str]]:
+    """The modules PEFT adapts for `target_modules`, by its own rules (`peft.tuners.tuners_utils`:
+    `check_target_module_exists`, `_maybe_include_all_linear_layers`).
+
+    A name matches a module whose full name equals it or ends in `.name` (`q_proj` matches every
+    `model.layers.k.self_attn.q_proj`; `layers.0.self_attn.q_proj` only layer 0's). `["all-linear"]` is every
+    `"linear"` module except the output layer (the LM head): `dapo_rl.lora.wrap_model` passes that list to PEFT as
+    its `"all-linear"` shorthand; in a longer list `all-linear` is a module name like any other (PEFT's reading of a
+    list), which matches nothing.
+
+    Args:
+        shape: `model_shape`'s dict (its `modules` and `output_layer`).
+        target_modules: `actor.lora.target_modules`.
+
+    Returns:
+        `(modules, unmatched)`: the adapted `(name, kind, in, out)` in model order, and the explicit names that match
+        no linear layer or embedding.
+    """
+    names = list(target_modules)
+    all_linear = names == [ALL_LINEAR]
+    explicit = [] if all_linear else names
+    matched: set[str] = set()
+    chosen = []
+    for module in shape["modules"]:
+        name, kind = module[0], module[1]
+        hits = [t for t in explicit if name == t or name.endswith(f".{t}")]
+        matched.update(hits)
+        if hits or (all_linear and kind == "linear" and name != shape["output_layer"]):
+            chosen.append(module)
+    return chosen, [t for t in explicit if t not in matched]
+
+
+def _lora_plan(cfg: Config, shape: dict[str, Any], world: int, cbytes: int) -> dict[str, Any] | None:
+    """The adapters of `actor.lora` (None when `rank` is 0): counts, and their activations per token (bytes, all
+    decoder layers together; see the module docstring for when an adapter keeps a copy of its input).
+
+    Raises:
+        ConfigError: no name of `actor.lora.target_modules` matches a linear layer or embedding of the model (as
+            `get_peft_model` refuses it).
+    """
+    lo = cfg.actor.lora
+    if lo.rank <= 0:
+        return None
+    modules, unmatched = lora_targets(shape, lo.target_modules)
+    if not modules:
+        raise ConfigError(
+            f"actor.lora.target_modules={lo.target_modules} matches no linear layer or embedding of {shape['name']}"
+            f" (its linear layers end in: {', '.join(sorted({m[0].rsplit('.', 1)[-1] for m in shape['modules']}))})"
+        )
+    r = lo.rank
+    autocast = cfg.actor.autocast_dtype in ("bfloat16", "auto")
+    abytes = 2 if autocast else ADAPTER_BYTES  # FSDP2's param_dtype or autocast computes the adapters in bf16
+    # an input copy: the dropped input, or PEFT's fp32 cast of a bf16 base's input (no autocast)
+    copies = lo.dropout > 0 or abytes != cbytes
+    in_decoder = [m for m in modules if m[1] == "linear" and m[0] != shape["output_layer"]]
+    act_per_token = sum(
+        r * abytes + (m[2] * abytes if copies else 0) + (m[2] if lo.dropout > 0 else 0) for m in in_decoder
+    )
+    trainable = r * sum(m[2] + m[3] for m in modules)
+    return {
+        "rank": r,
+        "alpha": lo.alpha,
+        "dropout": lo.dropout,
+        "target_modules": list(lo.target_modules),
+        "unmatched": unmatched,
+        "num_modules": len(modules),
+        "trainable_params": trainable,
+        "base_params": shape["num_params"],
+        "total_params": shape["num_params"] + trainable,
+        "base_dtype": cfg.model.dtype,
+        "act_bytes_per_token": act_per_token,
+        "input_copies": copies,
+    }
+
+
 def plan_recipe(
     cfg: Config,
     gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB,
@@ -345,12 +509,21 @@ def plan_recipe(
         `gen_prompts_per_rank`, `gen_sequences_per_rank`, `max_gen_rounds` (0: unlimited), `train_prompts_per_step`,
         `train_prompts_per_rank`, `train_sequences_per_rank`, `optimizer_steps_per_step`,
         `mini_batch_sequences_per_rank`, `micro_batch_sequences`, `max_sequence_length`, `tokens_per_step`,
-        `tokens_per_rank_per_step`, `tokens_per_micro_batch` (per-rank values are floats when uneven). `memory`
-        (bytes per rank): `params`, `grads`, `optimizer`, `states`, `compute_copies`, `activations` (and its parts
-        `act_layers`, `act_recompute`, `act_logits`), `engine` (vLLM's share or the transformers engine's KV cache),
-        `engine_weights`, `engine_kv_tokens` (vLLM KV-cache room in tokens per engine, None otherwise),
-        `rollout_phase`, `update_phase`, `peak`, `fits` (bool; None on CPU), `param_bytes`, `compute_bytes`.
-        `notes`: strings; `warnings`: strings.
+        `tokens_per_rank_per_step`, `tokens_per_micro_batch` (per-rank values are floats when uneven). `lora`: None
+        for full fine-tuning, else `rank`, `alpha`, `dropout`, `target_modules`, `unmatched` (names that adapt
+        nothing), `num_modules` (adapted modules), `trainable_params` (the adapters' parameters), `base_params`,
+        `total_params` (base + adapters), `base_dtype`, `act_bytes_per_token` (the adapters' activations per
+        token, all decoder layers), `input_copies` (whether each adapter keeps a copy of its input). `memory`
+        (bytes per rank): `params` (base and adapters), `grads`, `optimizer`, `states`, `compute_copies`,
+        `activations` (and its parts `act_layers`, `act_recompute`, `act_logits`; `act_lora`: the LoRA adapters'
+        share of the first two, 0 or None without LoRA), `engine` (vLLM's share or the transformers engine's KV
+        cache), `engine_weights`, `engine_kv_tokens` (vLLM KV-cache room in tokens per engine, None otherwise),
+        `rollout_phase`, `update_phase`, `peak`, `fits` (bool; None on CPU), `param_bytes`, `compute_bytes`,
+        `trainable_params` (parameters with gradients and AdamW moments: all, or the adapters), `total_params`
+        (parameters held, base and adapters; counts, not bytes). `notes`: strings; `warnings`: strings.
+
+    Raises:
+        ConfigError: as `model_shape`; `actor.lora.target_modules` adapts nothing.
     """
     d, a, r, act, t = cfg.data, cfg.algorithm, cfg.rollout, cfg.actor, cfg.trainer
     nnodes, per_node = world_layout(cfg)
@@ -404,9 +577,22 @@ def plan_recipe(
     n = shape["num_params"]
     pbytes = _DTYPE_BYTES[cfg.model.dtype]
     cbytes = 2 if act.autocast_dtype in ("bfloat16", "auto") else pbytes  # auto: bf16 on a GPU
-    params = math.ceil(n * pbytes / world)
-    grads = params
-    optimizer = 2 * params  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
+    lora = _lora_plan(cfg, shape, world, cbytes)
+    if lora is None:
+        trainable = n
+        params = math.ceil(n * pbytes / world)
+        grads = params
+        optimizer = 2 * params  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
+    else:  # a frozen base in model.dtype; fp32 adapters, their gradients and AdamW moments
+        trainable = lora["trainable_params"]
+        params = math.ceil((n * pbytes + trainable * ADAPTER_BYTES) / world)
+        grads = math.ceil(trainable * ADAPTER_BYTES / world)
+        optimizer = math.ceil(2 * ADAPTER_BYTES * trainable / world)
+        if lora["unmatched"]:
+            warnings.append(
+                f"actor.lora.target_modules: {', '.join(lora['unmatched'])} match no linear layer or embedding of "
+                f"{shape['name']} (planned without them)"
+            )
     states = params + grads + optimizer
     if world > 1:
         compute = (shape["root_params"] + min(2, shape["num_layers"]) * shape["layer_params"]) * cbytes
@@ -414,15 +600,19 @@ def plan_recipe(
         compute = n * cbytes if cbytes != pbytes else 0
     h, i, kv = shape["hidden_size"], shape["intermediate_size"], shape["kv_dim"]
     tokens = micro * max_len
-    act_layers = act_recompute = act_logits = None
+    act_layers = act_recompute = act_logits = act_lora = None
     if h and i and kv and shape["num_layers"]:
         per_token_layer = (6 * h + 2 * kv + 4 * i) * cbytes
+        lora_all = lora["act_bytes_per_token"] if lora else 0  # all decoder layers' adapters, per token
+        lora_layer = math.ceil(lora_all / shape["num_layers"])
         if act.gradient_checkpointing:
             act_layers = shape["num_layers"] * tokens * h * cbytes
-            act_recompute = tokens * per_token_layer
+            act_recompute = tokens * (per_token_layer + lora_layer)
+            act_lora = tokens * lora_layer
         else:
-            act_layers = shape["num_layers"] * tokens * per_token_layer
+            act_layers = shape["num_layers"] * tokens * per_token_layer + tokens * lora_all
             act_recompute = 0
+            act_lora = tokens * lora_all
     if shape["vocab_size"]:
         from dapo_rl.actor import ENTROPY_CHUNK_TOKENS
 
@@ -480,6 +670,9 @@ def plan_recipe(
         "act_layers": act_layers,
         "act_recompute": act_recompute,
         "act_logits": act_logits,
+        "act_lora": act_lora,
+        "trainable_params": trainable,
+        "total_params": n + (lora["trainable_params"] if lora else 0),
         "engine": engine,
         "engine_weights": engine_weights,
         "engine_kv_tokens": engine_kv_tokens,
@@ -501,6 +694,7 @@ def plan_recipe(
             "gpu_memory_bytes": gpu_bytes,
         },
         "model": shape,
+        "lora": lora,
         "rollout": {"name": r.name, "n": r.n, "tensor_model_parallel_size": r.tensor_model_parallel_size},
         "batch": batch,
         "memory": memory,
@@ -544,6 +738,17 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines = [f"dapo plan: {plan['recipe']} (run directory {plan['output_dir']})", ""]
     lines.append(f"model     {m['name']}: {m['num_params']:,} parameters, {m['num_layers']} decoder layers")
     lines.append(f"          from {m['source']}")
+    lora = plan.get("lora")
+    if lora is not None:
+        a, base = lora["trainable_params"], lora["base_params"]
+        lines.append(
+            f"adapters  LoRA rank {lora['rank']} ({', '.join(lora['target_modules'])}): {a:,} trainable parameters "
+            f"({100 * a / base:.2f}% of {base:,}), frozen base in {lora['base_dtype']}"
+        )
+        lines.append(
+            f"          {_plural(lora['num_modules'], 'module')} adapted, alpha {_num(lora['alpha'])}, dropout "
+            f"{_num(lora['dropout'])}; the adapters, their gradients and AdamW moments in float32"
+        )
     lines.append(
         f"hardware  {hw['nnodes']} node{'s' * (hw['nnodes'] != 1)} x {hw['ranks_per_node']} {unit}"
         f"{'s' * (hw['ranks_per_node'] != 1)} = {world} rank{'s' * (world != 1)}, device {device}, "
@@ -581,13 +786,27 @@ def format_plan(plan: dict[str, Any]) -> str:
         f"{s['autocast_dtype'] if s['autocast_dtype'] != 'none' else s['model_dtype']})"
     )
     per = f" / {world}" if world > 1 else ""
-    lines.append(
-        f"  parameters        {_gib(mem['params'])}   {m['num_params']:,} x {mem['param_bytes']} B{per}"
-    )
-    lines.append(f"  gradients         {_gib(mem['grads'])}   same as the parameters")
-    lines.append(
-        f"  AdamW moments     {_gib(mem['optimizer'])}   2 x {mem['param_bytes']} B per parameter{per}"
-    )
+    if lora is None:
+        lines.append(
+            f"  parameters        {_gib(mem['params'])}   {m['num_params']:,} x {mem['param_bytes']} B{per}"
+        )
+        lines.append(f"  gradients         {_gib(mem['grads'])}   same as the parameters")
+        lines.append(
+            f"  AdamW moments     {_gib(mem['optimizer'])}   2 x {mem['param_bytes']} B per parameter{per}"
+        )
+    else:
+        a = lora["trainable_params"]
+        lines.append(
+            f"  parameters        {_gib(mem['params'])}   ({m['num_params']:,} frozen x {mem['param_bytes']} B + "
+            f"{a:,} adapter x {ADAPTER_BYTES} B){per}"
+        )
+        lines.append(
+            f"  gradients         {_gib(mem['grads'])}   the adapters only: {a:,} x {ADAPTER_BYTES} B{per}"
+        )
+        lines.append(
+            f"  AdamW moments     {_gib(mem['optimizer'])}   the adapters only: 2 x {ADAPTER_BYTES} B per adapter "
+            f"parameter{per}"
+        )
     if world > 1:
         what = "unsharded root (embeddings, norm, lm_head) + 2 decoder layers, all-gathered"
     elif mem["compute_copies"]:
@@ -599,10 +818,11 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append("  activations          n/a   not included")
     else:
         ckpt = "gradient checkpointing" if s["gradient_checkpointing"] else "no gradient checkpointing"
+        of_lora = f"; LoRA adapters {mem['act_lora'] / GIB:.2f} of it" if lora is not None else ""
         lines.append(
             f"  activations       {_gib(mem['activations'])}   one pass of {b['tokens_per_micro_batch']:,} tokens, "
             f"{ckpt}: layers {mem['act_layers'] / GIB:.2f} + recompute {mem['act_recompute'] / GIB:.2f} + logits "
-            f"{mem['act_logits'] / GIB:.2f} (estimate)"
+            f"{mem['act_logits'] / GIB:.2f} (estimate{of_lora})"
         )
     if ro["name"] == "vllm" and hw["device"] != "cpu":
         kv = mem["engine_kv_tokens"]

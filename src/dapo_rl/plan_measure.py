@@ -13,6 +13,8 @@ What the measurement follows, as a training step does:
 
 - AdamW's moments exist from the second step on, so they are created first by one zero-gradient
   `optimizer.step()`, outside the tracked update (torchtitan runs an untracked first iteration for the same reason).
+  Only parameters that require gradients get that zero gradient: under LoRA (`actor.lora.rank` > 0) the frozen
+  base has none, and the optimizer (the adapters only) would not clear one.
 - Every micro-batch after the first of a mini-batch runs with the gradients of the ones before it resident: the
   update covers two micro-batches where a rank's share of a mini-batch holds two, and the peak is the larger.
 - The batch carries old and rollout log-probs (as a vLLM rollout does), so the no-grad recompute of the old
@@ -207,11 +209,34 @@ def _split(snapshot: dict) -> dict[str, Any]:
     return out
 
 
+def _one_process_tracker():
+    """torch's `MemTracker`, except that parameters which require no gradient (LoRA's frozen base) get no gradient
+    hook: `MemTracker` registers one on every parameter of a module at its first forward, and `Tensor.register_hook`
+    refuses a tensor that does not require gradients ("cannot register a hook on a tensor that doesn't require
+    gradient"). The hooks are installed by torch's own code on a stand-in module holding the trainable parameters;
+    the module itself is then counted without hooks. Full fine-tuning takes torch's path unchanged."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class _Tracker(MemTracker):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            params = list(module.parameters())
+            if not install_grad_hooks or all(p.requires_grad for p in params):
+                return super()._track_module_params_and_buffers(module, install_grad_hooks)
+            trainable = torch.nn.Module()
+            for i, p in enumerate(q for q in params if q.requires_grad):
+                trainable.register_parameter(f"p{i}", p)
+            super()._track_module_params_and_buffers(trainable, install_grad_hooks=True)
+            return super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+
+    return _Tracker()
+
+
 def tracked_update(actor, batch, *, fake: bool = False) -> dict[str, dict[str, Any]]:
     """One `actor.update(batch)` under a memory tracker, after creating AdamW's moments with a zero-gradient step.
 
     Args:
-        actor: an `Actor`; FSDP2-sharded (`actor.ctx.sharded`: `FSDPMemTracker`) or not (`MemTracker`).
+        actor: an `Actor`; FSDP2-sharded (`actor.ctx.sharded`: `FSDPMemTracker`) or not (`MemTracker`, taught
+            frozen parameters: `_one_process_tracker`).
         batch: its `TrainBatch` (`measure_setup`).
         fake: the actor lives under `FakeTensorMode` (the caller's): keep host-side work real (`_HostStaysReal`).
 
@@ -220,8 +245,10 @@ def tracked_update(actor, batch, *, fake: bool = False) -> dict[str, dict[str, A
         (parameters and AdamW state); each maps `MEMORY_KINDS` and `total` to bytes, and `tracker` to the tracker's
         own categories (bytes, the non-zero ones).
     """
+    # LoRA's frozen base gets no gradient (the zero_grad below clears the optimizer's parameters only)
     for p in actor.model.parameters():
-        p.grad = torch.zeros_like(p)
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
     actor.optimizer.step()
     actor.optimizer.zero_grad(set_to_none=True)
     if actor.ctx.sharded:
@@ -229,9 +256,7 @@ def tracked_update(actor, batch, *, fake: bool = False) -> dict[str, dict[str, A
 
         tracker = FSDPMemTracker(actor.model, actor.optimizer)
     else:
-        from torch.distributed._tools.mem_tracker import MemTracker
-
-        tracker = MemTracker()
+        tracker = _one_process_tracker()
         tracker.track_external(actor.model, actor.optimizer)
     from torch.nn.modules.module import register_module_forward_pre_hook
 
