@@ -21,6 +21,8 @@ def test_training_mfu_by_hand():
     # 6 * 1e6 params * 1000 tokens + 2 * 1e6 * 500 recomputed = 7e9 FLOPs in 2 s against 1e10 FLOP/s: 35%
     assert training_mfu(1_000_000, 1000, 500, 2.0, 1e10) == pytest.approx(0.35)
     assert math.isnan(training_mfu(1, 1, 0, 0.0, 1e10))
+    # LoRA: 1e4 trainable of 1e6: (4e6 + 2e4) x 1000 + 2e6 x 500 = 5.02e9 FLOPs in 2 s at 1e10 FLOP/s
+    assert training_mfu(1_000_000, 1000, 500, 2.0, 1e10, trainable_params=10_000) == pytest.approx(0.251)
 
 
 def test_matmul_peak_is_a_real_measurement():

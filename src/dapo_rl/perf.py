@@ -2,7 +2,8 @@
 
 MFU here is the training arithmetic a step needed divided by what the measured peak could have done in the time
 the update took: 6N FLOPs per trained token (forward + backward, Kaplan et al. 2020) plus 2N per token of the
-pi_old recompute forward, N the parameter count, over `time/update_s + time/old_log_prob_s`, against the peak
+pi_old recompute forward, N the parameter count (under LoRA 4N + 2T per trained token, T the adapters': the
+frozen weights get no gradient), over `time/update_s + time/old_log_prob_s`, against the peak
 of one large matmul in the compute dtype on this device (measured, not a datasheet figure: a CPU without native
 bf16 reaches a small fraction of its fp32 rate in bf16).
 """
@@ -70,7 +71,12 @@ def matmul_peak_flops(
 
 
 def training_mfu(
-    n_params: int, trained_tokens: float, recomputed_tokens: float, seconds: float, peak_flops: float
+    n_params: int,
+    trained_tokens: float,
+    recomputed_tokens: float,
+    seconds: float,
+    peak_flops: float,
+    trainable_params: int | None = None,
 ) -> float:
     """Model FLOPs utilisation of a policy update (see the module docstring).
 
@@ -80,13 +86,20 @@ def training_mfu(
         recomputed_tokens: tokens through the no-grad pi_old forward (0 when it was skipped), all ranks.
         seconds: wall time of the update (and the recompute).
         peak_flops: FLOP/s of all ranks together (`matmul_peak_flops` x world size).
+        trainable_params: parameters that get gradients (T; None: all N). A trained token costs 2N forward, 2N for
+            the activations' gradients and 2T for the weights' gradients: 6N in full, 4N + 2T under LoRA.
 
     Returns:
         A fraction in [0, 1] on a sane measurement (NaN when `seconds` or `peak_flops` is 0).
     """
     if seconds <= 0 or peak_flops <= 0:
         return float("nan")
-    return (6.0 * n_params * trained_tokens + 2.0 * n_params * recomputed_tokens) / seconds / peak_flops
+    t = n_params if trainable_params is None else trainable_params
+    return (
+        ((4.0 * n_params + 2.0 * t) * trained_tokens + 2.0 * n_params * recomputed_tokens)
+        / seconds
+        / peak_flops
+    )
 
 
 def choose_autocast_dtype(

@@ -187,9 +187,10 @@ class Trainer:
         self.n_params = sum(
             p.numel() for p in self.actor.model.parameters()
         )  # DTensors count their full size
+        self.n_trainable = sum(p.numel() for p in self.actor.trainable)
         if lora:
             lo = cfg.actor.lora
-            trained = sum(p.numel() for p in self.actor.trainable)
+            trained = self.n_trainable
             self.log(
                 f"actor: LoRA rank {lo.rank}, alpha {lo.alpha:g} on {', '.join(lo.target_modules)}: {trained:,} "
                 f"trainable parameters of {self.n_params:,} ({100 * trained / self.n_params:.2f}%), the base frozen"
@@ -578,7 +579,9 @@ class Trainer:
         metrics["time/sync_weights_s"] = t3 - t2
         metrics["perf/tokens_per_s"] = tokens / max(t3 - t0, 1e-9)
         recomputed = tokens if upd["time/old_log_prob_s"] > 0 else 0.0
-        metrics["perf/mfu"] = training_mfu(self.n_params, tokens, recomputed, t2 - t1, self.peak_flops)
+        metrics["perf/mfu"] = training_mfu(
+            self.n_params, tokens, recomputed, t2 - t1, self.peak_flops, self.n_trainable
+        )
         if self.campo is not None:
             metrics.update(self.campo.metrics())
         return metrics
