@@ -125,6 +125,14 @@ def test_only_the_adapters_train_and_the_engine_samples_the_adapted_model(model_
     assert max(float((peft_merged[k] - after[k]).abs().max()) for k in after) == 0.0
     assert all(torch.equal(exported[k], after[k]) for k in exported)
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "model") is not None
+    import torch.distributed.checkpoint as dcp
+
+    saved = dcp.FileSystemReader(str(tmp_path / "ckpt" / "dcp")).read_metadata().state_dict_metadata
+    adapters = {n for n, p in actor.model.named_parameters() if p.requires_grad}
+    assert {
+        k.removeprefix("model.") for k in saved if k.startswith("model.")
+    } == adapters  # no frozen weight,
+    # not even the LM head tied to the embedding (torch's `ignore_frozen_params` drops only its first name)
     dcp_bytes = sum(f.stat().st_size for f in (tmp_path / "ckpt" / "dcp").iterdir())
     adapters_and_moments = 3 * 4 * sum(p.numel() for p in actor.trainable)  # fp32 weights + 2 AdamW moments
     full_weights = 4 * sum(p.numel() for p in actor.model.parameters())
@@ -132,7 +140,7 @@ def test_only_the_adapters_train_and_the_engine_samples_the_adapted_model(model_
         f"dcp/ {dcp_bytes} B: adapters and moments {adapters_and_moments} B, the weights alone {full_weights} B"
     )
     # no base weight in it: DCP's serialisation adds a few kB per tensor (126 tensors + 42 step counters)
-    assert adapters_and_moments <= dcp_bytes < 2 * adapters_and_moments + 100_000 < full_weights / 3
+    assert adapters_and_moments <= dcp_bytes < 2 * adapters_and_moments < full_weights / 3
 
     # resume: a new actor with fresh adapters (another seed) takes the saved adapters and optimizer state
     again = Actor(str(model_dir), _cfg(), AlgorithmConfig(), temperature=0.9, seed=7)
@@ -212,7 +220,7 @@ def test_fsdp2_lora_update_on_two_ranks_equals_one_process(model_dir, tmp_path):
     assert {int(s["step"]) for s in back.optimizer.state_dict()["state"].values()} == {2}
 
 
-LORA = ("actor.lora.rank=8", "actor.lr=1e-3")
+LORA = ("actor.lora.rank=8", "actor.lr=1e-3", "trainer.total_training_steps=4", "trainer.test_freq=2")
 
 
 @pytest.mark.slow
@@ -221,12 +229,12 @@ def test_sigkill_then_resume_of_a_lora_run_gives_the_same_metrics_and_small_chec
     r = dapo(*run_args(base_model, ref, *LORA))
     assert r.returncode == 0, r.stderr[-3000:]
     want = rows_of(ref)
-    assert [x["step"] for x in want] == [0, 1, 2, 3, 4, 5, 6]
+    assert [x["step"] for x in want] == [0, 1, 2, 3, 4]
     assert max(x["rollout_corr/sync_logprob_gap"] for x in want[1:]) < 1e-4  # the engine follows the adapters
 
     run = tmp_path / "run"
     args = run_args(base_model, run, *LORA)
-    r = dapo(*args, env_extra={FAULT: "update:4"})  # killed in step 4, after its optimizer steps
+    r = dapo(*args, env_extra={FAULT: "update:3"})  # killed in step 3, after its optimizer steps
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
     r = dapo(*args, "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -234,24 +242,32 @@ def test_sigkill_then_resume_of_a_lora_run_gives_the_same_metrics_and_small_chec
     assert_same_metrics(rows_of(run), want)
 
     ckpts = run / "checkpoints"
-    assert sorted(os.listdir(ckpts / "global_step_4")) == [
+    assert sorted(os.listdir(ckpts / "global_step_2")) == [
         "adapter",
         "dcp",
         "rng_rank0.pt",
         "trainer_state.pt",
     ]
-    assert (ckpts / "global_step_6" / "model" / "model.safetensors").is_file()  # merged at the run's end
-    size = sum(f.stat().st_size for f in (ckpts / "global_step_4").rglob("*") if f.is_file())
-    model_size = (ckpts / "global_step_6" / "model" / "model.safetensors").stat().st_size
+    assert (ckpts / "global_step_4" / "model" / "model.safetensors").is_file()  # merged at the run's end
+    size = sum(f.stat().st_size for f in (ckpts / "global_step_2").rglob("*") if f.is_file())
+    model_size = (ckpts / "global_step_4" / "model" / "model.safetensors").stat().st_size
     print(f"LoRA checkpoint {size / 1e6:.2f} MB, merged model {model_size / 1e6:.2f} MB")
     assert size < model_size / 2
     # `dapo export` writes any checkpoint's merged model: the last one's equals what the trainer wrote
     r = dapo("export", str(run), "--out", str(tmp_path / "exported"))
     assert r.returncode == 0, r.stderr[-2000:]
     a = load_file(tmp_path / "exported" / "model.safetensors")
-    b = load_file(ckpts / "global_step_6" / "model" / "model.safetensors")
+    b = load_file(ckpts / "global_step_4" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    r = dapo("export", str(ckpts / "global_step_4"))
-    assert r.returncode == 0 and (ckpts / "global_step_4" / "model" / "config.json").is_file()
+    r = dapo("export", str(ckpts / "global_step_2"))
+    assert r.returncode == 0 and (ckpts / "global_step_2" / "model" / "config.json").is_file()
+    data = tmp_path / "sums.jsonl"
+    data.write_text('{"problem": "1 + 1 =", "answer": "2"}\n')
+    r = dapo(
+        "eval", "--model", str(ckpts / "global_step_2"), "--data", str(data)
+    )  # a LoRA checkpoint's folder
+    assert (
+        r.returncode == 2 and f"`dapo export {ckpts / 'global_step_2'}` writes its merged model/" in r.stderr
+    )
     r = dapo("export", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and "no such directory" in r.stderr

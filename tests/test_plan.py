@@ -283,15 +283,19 @@ def test_fake_measurement_equals_a_real_two_rank_update(tmp_path):
         assert fake["update_peak"][kind] == pytest.approx(real["update_peak"][kind], rel=1e-3), kind
 
 
-def test_fake_measurement_equals_a_real_one_process_update(tmp_path):
-    """One process (no FSDP2, `MemTracker`, bf16 autocast): the fake measurement against the real update."""
+@pytest.mark.parametrize("lora", [[], ["actor.lora.rank=8"]], ids=["full", "lora"])
+def test_fake_measurement_equals_a_real_one_process_update(tmp_path, lora):
+    """One process (no FSDP2, `MemTracker`, bf16 autocast): the fake measurement against the real update; under
+    LoRA too (the actor builds and wraps its model on a real meta device, outside the fake mode)."""
     from transformers import AutoModelForCausalLM
 
     from dapo_rl.actor import Actor
     from dapo_rl.plan import model_config
     from dapo_rl.plan_measure import measure_setup, measure_update, tracked_update
 
-    cfg = load_config("tiny_chain_sum", ["actor.autocast_dtype=bfloat16", "actor.ppo_micro_batch_size=16"])
+    cfg = load_config(
+        "tiny_chain_sum", ["actor.autocast_dtype=bfloat16", "actor.ppo_micro_batch_size=16", *lora]
+    )
     AutoModelForCausalLM.from_config(model_config(cfg)).save_pretrained(tmp_path)
     actor_cfg, batch, _, micro_batches = measure_setup(cfg, 1, model_config(cfg).vocab_size)
     assert micro_batches == 2
@@ -302,6 +306,9 @@ def test_fake_measurement_equals_a_real_one_process_update(tmp_path):
     print(f"one process: fake / real update peak {ratio:.4f}")
     assert ratio == pytest.approx(1.0, abs=0.01)
     assert fake["resident"]["total"] == real["resident"]["total"]
+    if lora:  # AdamW state of the adapters alone (plus its step counters), as the plan estimates it
+        plan = plan_recipe(cfg)
+        assert 0 <= real["resident"]["optimizer"] - plan["memory"]["optimizer"] < 1000
 
 
 def test_plan_measure_prints_the_measured_memory(capsys):

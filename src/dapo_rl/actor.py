@@ -20,6 +20,7 @@ from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_corre
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.distributed.balance import token_budget_bins
+from dapo_rl.lora import hf_name, is_adapter_name, lora_layers, merged_layer_weights, wrap_model
 from dapo_rl.perf import choose_autocast_dtype
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -43,10 +44,25 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, setting: str = "m
     """
     from transformers import AutoTokenizer
 
+    lora_ckpt = next(
+        (
+            d
+            for d in (path, os.path.dirname(os.path.normpath(path)))
+            if os.path.isdir(os.path.join(d, "adapter"))
+        ),
+        None,
+    )
+    hint = (
+        f"; {lora_ckpt} is a LoRA checkpoint: `dapo export {lora_ckpt}` writes its merged model/"
+        if lora_ckpt is not None
+        else ""
+    )
     if not os.path.isdir(path):
-        raise ConfigError(f"{setting}={path}: no such directory (give a local Hugging Face checkpoint)")
+        raise ConfigError(f"{setting}={path}: no such directory (give a local Hugging Face checkpoint){hint}")
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ConfigError(f"{setting}={path}: no config.json, so not a Hugging Face checkpoint directory")
+        raise ConfigError(
+            f"{setting}={path}: no config.json, so not a Hugging Face checkpoint directory{hint}"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
@@ -269,10 +285,8 @@ class Actor:
     ):
         self.cfg, self.algo = cfg, algo
         lora = cfg.lora if cfg.lora.rank > 0 else None
-        if (
-            lora is not None
-        ):  # the frozen base is not in a LoRA checkpoint's dcp/: always read from model_path
-            load_weights = True
+        # a LoRA checkpoint's dcp/ holds no base weight: the base is always read from model_path
+        load_weights = load_weights or lora is not None
         self.peft = None
         """The `peft.PeftModel` around `self.model` under LoRA, else None."""
         self.ctx = ctx or DistContext()
@@ -302,7 +316,14 @@ class Actor:
                 self.peft, model = model, model.get_base_model()
         else:
             model = None
-            if config is not None:  # no weights: memory measurement
+            if config is not None and lora is not None:  # memory measurement of a LoRA actor
+                with _real_meta():  # PEFT moves modules (`.to`), which fake parameters refuse in torch 2.13
+                    model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
+                    self.peft = wrap_model(model, lora, seed, model_path)
+                model.to_empty(device=self.ctx.device)
+                model.tie_weights()
+                _init_buffers(model)
+            elif config is not None:  # no weights: memory measurement
                 model = model_from_config(
                     config, dtype, trust_remote_code, attn_implementation, self.ctx.device
                 )
@@ -319,10 +340,8 @@ class Actor:
                 ).to(self.ctx.device)
             if cfg.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if lora is not None:
-                from dapo_rl.lora import wrap_model
-
-                self.peft = wrap_model(model, lora, seed, base_path=model_path)
+            if lora is not None and self.peft is None:
+                self.peft = wrap_model(model, lora, seed, model_path)
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
         self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.sharded else None
         self.model = model
@@ -729,7 +748,7 @@ class Actor:
             shared = {k for k, c in Counter(owner.values()).items() if c > 1}
             cache: dict[int, torch.Tensor] = {}
             for name, t in state.items():
-                if merged and (name in merged or ".lora_" in name):
+                if merged and (name in merged or is_adapter_name(name)):
                     continue  # an adapter, or a weight that comes merged below
                 key = owner.get(name)  # None: a buffer
                 full = cache.get(key) if key is not None else None
@@ -739,10 +758,8 @@ class Actor:
                     full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
                     if key in shared:
                         cache[key] = full
-                yield (name.replace(".base_layer.", ".") if merged else name), full
+                yield (hf_name(name) if merged else name), full
         if merged:
-            from dapo_rl.lora import merged_layer_weights
-
             yield from merged_layer_weights(self.model, dtype, sharded=self.ctx.sharded)
 
     def _merged_names(self) -> set[str]:
@@ -750,8 +767,6 @@ class Actor:
         which `engine_weights` replaces by merged ones; empty without LoRA."""
         if self.peft is None:
             return set()
-        from dapo_rl.lora import lora_layers
-
         return {f"{n}.base_layer.weight" for n in lora_layers(self.model)}
 
     def engine_weight_names(self) -> list[str]:
@@ -760,13 +775,7 @@ class Actor:
         merged = self._merged_names()
         if not merged:
             return list(self.model.state_dict())
-        plain = [
-            n.replace(".base_layer.", ".")
-            for n in self.model.state_dict()
-            if n not in merged and ".lora_" not in n
-        ]
-        from dapo_rl.lora import lora_layers
-
+        plain = [hf_name(n) for n in self.model.state_dict() if n not in merged and not is_adapter_name(n)]
         return plain + [f"{n}.weight" for n in lora_layers(self.model)]
 
     def nonfinite_parameters(self) -> list[str]:
@@ -876,6 +885,14 @@ class Actor:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_dict_options())
+        if self.peft is not None:
+            # `ignore_frozen_params` drops a frozen parameter under its first name only: a tied LM head
+            # (`lm_head.weight`, the embedding's second name) would stay, the whole vocabulary matrix in every
+            # LoRA checkpoint (113 MB at SmolLM2-135M)
+            frozen = {
+                n for n, p in self.model.named_parameters(remove_duplicate=False) if not p.requires_grad
+            }
+            model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
         return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
 
 
@@ -974,16 +991,15 @@ def load_sharded_model(
                 f"model.path={path}: cannot load a causal LM from it ({failure or 'failed on another rank'})"
             )
         )
-    model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     wrapped = None
-    if lora is not None:
-        from dapo_rl.lora import wrap_model
-
-        wrapped = wrap_model(model, lora, lora_seed, base_path=path)
-        if full is not None:
-            wrap_model(full, lora, lora_seed)
+    with _real_meta() if lora is not None else contextlib.nullcontext():
+        model = model_from_config(config, dtype, trust_remote_code, attn_implementation)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if lora is not None:
+            wrapped = wrap_model(model, lora, lora_seed, path)
+    if lora is not None and full is not None:
+        wrap_model(full, lora, lora_seed, path)
     shard_model(model, ctx.mesh, compute_dtype)
     model.to_empty(device=ctx.device)
     if resumed:
@@ -1001,6 +1017,15 @@ def load_sharded_model(
         dist.broadcast(buf, src=0)
     del full, state, source
     return wrapped or model
+
+
+def _real_meta():
+    """Outside any `FakeTensorMode` (`dapo plan --measure` runs the actor under one): a model built on `meta` is then
+    a real meta model that PEFT can wrap (it moves modules with `.to`, which fake parameters refuse in torch 2.13,
+    pytorch/pytorch#170781); `to_empty` inside the fake mode then makes its parameters fake. Elsewhere a no-op."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
 
 
 def _buffers_computable(model) -> bool:
