@@ -178,9 +178,14 @@ def test_bad_lora_settings_name_the_setting(override, message):
         load_config("tiny_chain_sum", ["actor.lora.rank=8", override])
 
 
-def test_target_modules_the_model_lacks_are_a_config_error(model_dir):
+def test_target_modules_the_model_lacks_or_ties_are_a_config_error(model_dir):
     with pytest.raises(ConfigError, match=r"actor.lora.target_modules=\['q_prj'\]"):
         Actor(str(model_dir), _cfg(target_modules=["q_prj"]), AlgorithmConfig())
+    # the tiny model ties its LM head to the embedding: a merged head would change the embedding in the engine too
+    with pytest.raises(
+        ConfigError, match=r"lm_head \(model.embed_tokens.weight = lm_head.weight\) is one weight"
+    ):
+        Actor(str(model_dir), _cfg(target_modules=["q_proj", "lm_head"]), AlgorithmConfig())
 
 
 def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str):
@@ -259,15 +264,18 @@ def test_sigkill_then_resume_of_a_lora_run_gives_the_same_metrics_and_small_chec
     a = load_file(tmp_path / "exported" / "model.safetensors")
     b = load_file(ckpts / "global_step_4" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    r = dapo("export", str(ckpts / "global_step_2"))
-    assert r.returncode == 0 and (ckpts / "global_step_2" / "model" / "config.json").is_file()
+    # `dapo eval` given the checkpoint's folder: a LoRA checkpoint without model/ names `dapo export`
+    step2 = ckpts / "global_step_2"
     data = tmp_path / "sums.jsonl"
     data.write_text('{"problem": "1 + 1 =", "answer": "2"}\n')
-    r = dapo(
-        "eval", "--model", str(ckpts / "global_step_2"), "--data", str(data)
-    )  # a LoRA checkpoint's folder
-    assert (
-        r.returncode == 2 and f"`dapo export {ckpts / 'global_step_2'}` writes its merged model/" in r.stderr
-    )
+    r = dapo("eval", "--model", str(step2), "--data", str(data))
+    assert r.returncode == 2 and f"`dapo export {step2}` writes its model/" in r.stderr, r.stderr[-2000:]
+    r = dapo("export", str(step2 / "adapter"))  # the adapter folder itself is understood
+    assert r.returncode == 0 and (step2 / "model" / "config.json").is_file(), r.stderr[-2000:]
+    r = dapo("eval", "--model", str(step2), "--data", str(data))  # now with model/: give that
+    assert r.returncode == 2 and f"is a checkpoint: give its model/ folder, {step2 / 'model'}" in r.stderr
+    r = dapo("export", str(run), "--out", str(data))  # a file, not a folder
+    assert r.returncode == 2 and f"--out={data}: cannot create that directory" in r.stderr
+    assert "Traceback" not in r.stderr
     r = dapo("export", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and "no such directory" in r.stderr

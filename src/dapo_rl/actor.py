@@ -44,19 +44,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, setting: str = "m
     """
     from transformers import AutoTokenizer
 
-    lora_ckpt = next(
-        (
-            d
-            for d in (path, os.path.dirname(os.path.normpath(path)))
-            if os.path.isdir(os.path.join(d, "adapter"))
-        ),
-        None,
-    )
-    hint = (
-        f"; {lora_ckpt} is a LoRA checkpoint: `dapo export {lora_ckpt}` writes its merged model/"
-        if lora_ckpt is not None
-        else ""
-    )
+    hint = _checkpoint_hint(path)
     if not os.path.isdir(path):
         raise ConfigError(f"{setting}={path}: no such directory (give a local Hugging Face checkpoint){hint}")
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -72,6 +60,27 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, setting: str = "m
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def _checkpoint_hint(path: str) -> str:
+    """What to give instead of `path` when it is a run's or a checkpoint's directory rather than a model's (`; ...`),
+    or ""."""
+    model = os.path.join(path, "model")
+    if os.path.isfile(os.path.join(model, "config.json")):
+        return f"; {path} is a checkpoint: give its model/ folder, {model}"
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        return f"; {path} is a run directory: give a checkpoint's model/ folder, {path}/checkpoints/global_step_N/model"
+    lora = next(
+        (
+            d
+            for d in (path, os.path.dirname(os.path.normpath(path)))
+            if os.path.isdir(os.path.join(d, "adapter"))
+        ),
+        None,
+    )
+    if lora is not None:
+        return f"; {lora} is a LoRA checkpoint without a merged model: `dapo export {lora}` writes its model/"
+    return ""
 
 
 def model_context_length(path: str, trust_remote_code: bool = False) -> int | None:

@@ -310,7 +310,7 @@ def _reward_flags(parser) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = _flags_last(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(argv)
-    if args.command in ("train", "sft", "eval") and not sys.stderr.isatty():
+    if args.command in ("train", "sft", "eval", "export") and not sys.stderr.isatty():
         from transformers.utils import logging as hf_logging  # keep log files clean of "Loading weights" bars
 
         hf_logging.disable_progress_bar()
@@ -858,6 +858,8 @@ def _export(args) -> int:
     from dapo_rl.lora import export_merged
 
     ckpt = Path(args.checkpoint)
+    if ckpt.name == "adapter" and (ckpt / "adapter_config.json").is_file():  # the adapter folder itself
+        ckpt = ckpt.parent
     if not ckpt.is_dir():
         raise ConfigError(f"{ckpt}: no such directory (give a checkpoints/global_step_N or a run directory)")
     if (ckpt / "checkpoints").is_dir():

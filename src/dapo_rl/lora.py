@@ -48,9 +48,15 @@ def wrap_model(model, cfg: LoraConfig, seed: int, base_path: str | None = None):
         The `peft.PeftModel`; `model` itself (its `get_base_model()`) now holds the adapted layers.
 
     Raises:
-        ConfigError: PEFT is not installed, or `target_modules` matches no module of the model.
+        ConfigError: PEFT is not installed, `target_modules` matches no module of the model, or it names a module
+            whose weight is tied to another's (the LM head of a model with `tie_word_embeddings`: the engine and the
+            export hold one tensor for both names, so a merged head would change the embedding too).
     """
     peft = _peft()
+    shared: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(p), []).append(name)
+    tied = {id_: names for id_, names in shared.items() if len(names) > 1}
     targets = (
         cfg.target_modules[0] if list(cfg.target_modules) == ["all-linear"] else list(cfg.target_modules)
     )
@@ -68,6 +74,18 @@ def wrap_model(model, cfg: LoraConfig, seed: int, base_path: str | None = None):
             wrapped = peft.get_peft_model(model, config)
         except ValueError as e:
             raise ConfigError(f"actor.lora.target_modules={list(cfg.target_modules)}: {e}") from e
+    clash = [
+        f"{name} ({' = '.join(tied[id(p)])})"
+        for name, layer in lora_layers(model).items()
+        for p in layer.base_layer.parameters(recurse=False)
+        if id(p) in tied
+    ]
+    if clash:
+        raise ConfigError(
+            f"actor.lora.target_modules={list(cfg.target_modules)}: {'; '.join(clash)} is one weight under two "
+            "names (tied embeddings); adapters on a tied weight are not supported: leave that module out "
+            "(all-linear does)"
+        )
     if base_path is not None:  # absolute, so that `dapo export` finds it from any directory
         wrapped.peft_config[ADAPTER].base_model_name_or_path = (
             os.path.abspath(base_path) if os.path.isdir(base_path) else base_path
@@ -182,10 +200,13 @@ def export_merged(checkpoint: str, output: str | None = None, dtype: str = "floa
     if not base:
         raise ConfigError(f"{adapter / 'adapter_config.json'}: no base_model_name_or_path")
     out = Path(output) if output else ckpt / "model"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out={out}: cannot create that directory ({e.strerror or e})") from e
     tokenizer = load_tokenizer(base, setting=f"{adapter}/adapter_config.json base_model_name_or_path")
     model = load_model(base, dtype, setting=f"{adapter}/adapter_config.json base_model_name_or_path")
     merged = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return str(out)

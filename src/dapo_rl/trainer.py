@@ -191,9 +191,10 @@ class Trainer:
         if lora:
             lo = cfg.actor.lora
             trained = self.n_trainable
+            base = self.n_params - trained
             self.log(
                 f"actor: LoRA rank {lo.rank}, alpha {lo.alpha:g} on {', '.join(lo.target_modules)}: {trained:,} "
-                f"trainable parameters of {self.n_params:,} ({100 * trained / self.n_params:.2f}%), the base frozen"
+                f"trainable parameters ({100 * trained / base:.2f}% of the {base:,} frozen ones)"
             )
         bf16 = (
             autocast == "bfloat16" or cfg.model.dtype == "bfloat16"
