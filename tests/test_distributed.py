@@ -15,7 +15,7 @@ from ranks import free_port, join_gloo
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig
 from dapo_rl.distributed import DistContext, balanced_partition, barrier, shard_minibatches, shutdown
-from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+from dapo_rl.models.tiny import build_tiny_tokenizer
 
 N = 16  # sequences; two mini-batches of 8, so the second optimizer step is off-policy (ratio != 1)
 MINI = 8
@@ -70,14 +70,6 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: str, l
             torch.save({"metrics": metrics, "params": params}, os.path.join(out_dir, "result.pt"))
     finally:
         shutdown(ctx)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(seed=3).save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
-    return path
 
 
 def test_balanced_partition_by_hand():

@@ -18,18 +18,10 @@ from transformers import AutoModelForCausalLM
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError, LoraConfig, load_config
 from dapo_rl.distributed import DistContext, shard_minibatches, shutdown
-from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
+from dapo_rl.models.tiny import build_tiny_tokenizer
 from dapo_rl.rollout import HFRolloutEngine, SamplingParams
 
 N, MINI = 16, 8  # two mini-batches: the second optimizer step is off-policy
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    build_tiny_model(seed=3).save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
-    return path
 
 
 def _cfg(**lora) -> ActorConfig:
