@@ -750,15 +750,14 @@ class Actor:
         """
         from collections import Counter
 
-        merged = self._merged_names()
         with torch.no_grad():
             state = self.model.state_dict()
             owner = {n: id(p) for n, p in self.model.named_parameters(remove_duplicate=False)}
             shared = {k for k, c in Counter(owner.values()).items() if c > 1}
             cache: dict[int, torch.Tensor] = {}
-            for name, t in state.items():
-                if merged and (name in merged or is_adapter_name(name)):
-                    continue  # an adapter, or a weight that comes merged below
+            plain, merged = self._push_names(state)
+            for name, hf in plain:
+                t = state[name]
                 key = owner.get(name)  # None: a buffer
                 full = cache.get(key) if key is not None else None
                 if full is None:
@@ -767,25 +766,26 @@ class Actor:
                     full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
                     if key in shared:
                         cache[key] = full
-                yield (hf_name(name) if merged else name), full
+                yield hf, full
         if merged:
             yield from merged_layer_weights(self.model, dtype, sharded=self.ctx.sharded)
 
-    def _merged_names(self) -> set[str]:
-        """Under LoRA, the state-dict names of the adapted layers' base weights (`...q_proj.base_layer.weight`),
-        which `engine_weights` replaces by merged ones; empty without LoRA."""
+    def _push_names(self, state: dict) -> tuple[list[tuple[str, str]], list[str]]:
+        """What `engine_weights` yields, by name: `(state-dict name, Hugging Face name)` of the weights pushed as
+        they are, in `state`'s order, and the Hugging Face names of the merged ones that follow (under LoRA: each
+        adapted layer's `...q_proj.weight`, in place of its `base_layer` weight and its adapters; none without)."""
         if self.peft is None:
-            return set()
-        return {f"{n}.base_layer.weight" for n in lora_layers(self.model)}
+            return [(n, n) for n in state], []
+        layers = list(lora_layers(self.model))
+        replaced = {f"{n}.base_layer.weight" for n in layers}
+        plain = [(n, hf_name(n)) for n in state if n not in replaced and not is_adapter_name(n)]
+        return plain, [f"{n}.weight" for n in layers]
 
     def engine_weight_names(self) -> list[str]:
         """The Hugging Face names `engine_weights` yields, in its order, without gathering anything (for the
         engine's name check before the first push)."""
-        merged = self._merged_names()
-        if not merged:
-            return list(self.model.state_dict())
-        plain = [hf_name(n) for n in self.model.state_dict() if n not in merged and not is_adapter_name(n)]
-        return plain + [f"{n}.weight" for n in lora_layers(self.model)]
+        plain, merged = self._push_names(self.model.state_dict())
+        return [hf for _, hf in plain] + merged
 
     def nonfinite_parameters(self) -> list[str]:
         """Names of parameters holding NaN or inf on any rank (the same list on every rank)."""
@@ -818,9 +818,8 @@ class Actor:
         full: dict[str, torch.Tensor] = {}
         if export_model:
             tied = self._tied_names()
-            for name, t in self.engine_weights(
-                self.export_dtype
-            ):  # a collective under FSDP2: all ranks gather
+            # a collective under FSDP2: every rank gathers
+            for name, t in self.engine_weights(self.export_dtype):
                 if self.ctx.is_main:
                     full[name] = full[tied[name]] if name in tied else t.cpu()
         adapter: dict[str, torch.Tensor] = {}
@@ -883,21 +882,20 @@ class Actor:
         self.scheduler.load_state_dict(state["scheduler"])
 
     def _state_dict_options(self):
-        """Which parameters a checkpoint holds: all of them, or under LoRA the trainable adapters only (loading
-        then leaves the frozen base as it is; `dcp.load` has already failed on any adapter the checkpoint lacks)."""
+        """Loading a LoRA checkpoint, which holds the adapters only (`_dcp_state`), leaves the frozen base as it is
+        (`dcp.load` has already failed on any adapter the checkpoint lacks)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-        lora = self.peft is not None
-        return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+        return StateDictOptions(strict=self.peft is None)
 
     def _dcp_state(self) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_dict_options())
         if self.peft is not None:
-            # `ignore_frozen_params` drops a frozen parameter under its first name only: a tied LM head
-            # (`lm_head.weight`, the embedding's second name) would stay, the whole vocabulary matrix in every
-            # LoRA checkpoint (113 MB at SmolLM2-135M)
+            # the adapters only: every frozen weight leaves, under each of its names (torch's
+            # `ignore_frozen_params` drops it under its first name only, and would keep a tied LM head: the whole
+            # vocabulary matrix in every LoRA checkpoint, 113 MB at SmolLM2-135M)
             frozen = {
                 n for n, p in self.model.named_parameters(remove_duplicate=False) if not p.requires_grad
             }

@@ -184,7 +184,6 @@ def export_merged(checkpoint: str, output: str | None = None, dtype: str = "floa
     Raises:
         ConfigError: no `adapter/` in `checkpoint`, or its base model cannot be loaded.
     """
-    import json
     from pathlib import Path
 
     from dapo_rl.actor import load_model, load_tokenizer
@@ -196,7 +195,7 @@ def export_merged(checkpoint: str, output: str | None = None, dtype: str = "floa
         raise ConfigError(
             f"{ckpt}: no adapter/adapter_config.json (not a checkpoint of a run with actor.lora)"
         )
-    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    base = peft.PeftConfig.from_pretrained(str(adapter)).base_model_name_or_path
     if not base:
         raise ConfigError(f"{adapter / 'adapter_config.json'}: no base_model_name_or_path")
     out = Path(output) if output else ckpt / "model"

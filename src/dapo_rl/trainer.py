@@ -190,11 +190,11 @@ class Trainer:
         self.n_trainable = sum(p.numel() for p in self.actor.trainable)
         if lora:
             lo = cfg.actor.lora
-            trained = self.n_trainable
-            base = self.n_params - trained
+            base = self.n_params - self.n_trainable
             self.log(
-                f"actor: LoRA rank {lo.rank}, alpha {lo.alpha:g} on {', '.join(lo.target_modules)}: {trained:,} "
-                f"trainable parameters ({100 * trained / base:.2f}% of the {base:,} frozen ones)"
+                f"actor: LoRA rank {lo.rank}, alpha {lo.alpha:g} on {', '.join(lo.target_modules)}: "
+                f"{self.n_trainable:,} trainable parameters ({100 * self.n_trainable / base:.2f}% of the {base:,} "
+                "frozen ones)"
             )
         bf16 = (
             autocast == "bfloat16" or cfg.model.dtype == "bfloat16"
