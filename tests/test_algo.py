@@ -645,3 +645,34 @@ def test_carried_rows_take_the_recorded_sampling_log_probs_as_pi_old(tmp_path):
     assert metrics["time/old_log_prob_s"] > 0 and one.old_log_prob[1, 0].item() == -1.5
     with pytest.raises(ValueError, match="carried from an earlier step need the engine's sampling log-probs"):
         actor.update(TrainBatch.build([[1]], [[4]], torch.tensor([1.0]), torch.ones(1), 257, stale=[True]))
+
+
+def test_stale_rows_under_rollout_correction_keep_the_recomputed_pi_old_and_get_its_weights(tmp_path):
+    """Asynchronous rows sampled by an older policy, with `rollout_is=token`: pi_old is the current policy's
+    recompute (AReaL's proximal policy) and each token's IS weight is min(pi_old / mu, threshold)."""
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig, RolloutCorrectionConfig
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    save_tiny_checkpoint(tmp_path, seed=2)
+    algo = AlgorithmConfig(
+        rollout_correction=RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold=2.0)
+    )
+    actor = Actor(str(tmp_path), ActorConfig(ppo_micro_batch_size=4, lr=0.0), algo)
+    recorded = [[-3.0, -2.0], [-1.5]]
+    batch = TrainBatch.build(
+        [[1, 2, 3]] * 2,
+        [[4, 5], [6]],
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2),
+        257,
+        rollout_logprobs=recorded,
+        stale=[True, False],
+    )
+    current = actor.compute_log_prob(
+        TrainBatch.build([[1, 2, 3]] * 2, [[4, 5], [6]], torch.zeros(2), torch.ones(2), 257)
+    )
+    actor.update(batch)
+    assert torch.allclose(batch.old_log_prob[0, :2], current[0, :2])  # not the recorded -3, -2
+    want = torch.clamp((current[0, :2] - torch.tensor([-3.0, -2.0])).exp(), max=2.0)
+    assert torch.allclose(batch.rollout_is_weights[0, :2], want)

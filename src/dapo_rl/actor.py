@@ -151,7 +151,9 @@ class TrainBatch:
         rollout_is_weights: `(B, T)` float importance weights of the rollout correction, or None (set by
             `Actor.update`).
         stale: `(B,)` bool, rows sampled by an earlier policy (groups carried over by zero-waste dynamic
-            sampling): their pi_old is the engine's recorded log-probs, not a recompute. None: none.
+            sampling; asynchronous groups of an older version): their pi_old is the engine's recorded log-probs,
+            not a recompute (with `algorithm.rollout_correction`: the recompute, and the correction's weights
+            against the recorded log-probs). None: none.
     """
 
     input_ids: torch.Tensor
@@ -625,7 +627,10 @@ class Actor:
             t0 = time.perf_counter()
             batch.old_log_prob = self.compute_log_prob(batch)
             t_old = time.perf_counter() - t0
-        if stale is not None and not rc.bypass_mode:  # pi_old of a carried row: the policy that sampled it
+        if stale is not None and not rc.bypass_mode and not correct:
+            # pi_old of a row an earlier policy sampled (a carried group, an asynchronous one): that policy, mu.
+            # With rollout correction pi_old stays the recomputed current policy and the IS weights / rejection
+            # pi_old / mu below correct for the gap (AReaL's decoupled objective)
             batch.old_log_prob = torch.where(stale[:, None], mu, batch.old_log_prob)
         mismatch = MismatchStats()
         if correct:

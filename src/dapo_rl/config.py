@@ -595,6 +595,24 @@ class SFTConfig:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """Asynchronous DAPO: rollouts that run ahead of training with bounded staleness (verl's `async_training`
+    section; `dapo_rl.collect.producer`). The engine runs in its own process and takes the new weights after each
+    update through a torch.distributed group (gloo on CPU, NCCL on GPUs) while the trainer updates."""
+
+    max_staleness: int = 0
+    """K: the most policy versions a trained group may lag behind the policy being updated (each step is one
+    version). 0: the synchronous loop (the engine in the trainer's process; generation and update take turns).
+    K >= 1: the engine process keeps generating, scoring and filtering up to K batches ahead while the trainer
+    updates; a queued group more than K versions old when its step trains is dropped and counted
+    (`async/dropped_stale_groups`). Rows sampled by an older policy take the engine's log-probs as pi_old (or, with
+    `algorithm.rollout_correction`, its IS weights / rejection against the recomputed pi_old)."""
+    rollout_num_threads: int = 0
+    """CPU only, K >= 1: torch threads of the engine process; 0: half of this machine's cores (at least 1). The
+    trainer takes the rest unless `trainer.num_threads` says otherwise."""
+
+
+@dataclass
 class Config:
     """Everything `dapo train` reads."""
 
@@ -606,6 +624,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
 
 DEFAULT_RECIPE = "tiny_chain_steps"
@@ -998,6 +1017,31 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(
             "rollout.temperature=0 (greedy) gives identical responses in a group: no learning signal"
         )
+    at = cfg.async_training
+    if at.max_staleness < 0:
+        raise ConfigError(f"async_training.max_staleness={at.max_staleness} must be >= 0 (0: synchronous)")
+    if at.rollout_num_threads < 0:
+        raise ConfigError(
+            f"async_training.rollout_num_threads={at.rollout_num_threads} must be >= 0 (0: half)"
+        )
+    if at.max_staleness > 0:
+        if cfg.trainer.nproc_per_node * cfg.trainer.nnodes > 1 or cfg.trainer.launcher == "ray":
+            raise ConfigError(
+                f"async_training.max_staleness={at.max_staleness}: asynchronous training runs one trainer process "
+                "with one engine process in this version; set trainer.nproc_per_node=1 and trainer.nnodes=1, or "
+                "async_training.max_staleness=0 for the synchronous loop on several ranks"
+            )
+        if cfg.reward.num_workers == 0:
+            raise ConfigError(
+                f"async_training.max_staleness={at.max_staleness} scores rollouts in a background thread, where "
+                "reward.num_workers=0 has no time limit (SIGALRM only works on the main thread); set "
+                "reward.num_workers >= 1"
+            )
+        if r.tensor_model_parallel_size > 1:
+            raise ConfigError(
+                f"async_training.max_staleness={at.max_staleness}: the engine process holds one vLLM engine on one "
+                f"device; rollout.tensor_model_parallel_size={r.tensor_model_parallel_size} is not supported there"
+            )
 
 
 def to_yaml(cfg: Config) -> str:
@@ -1040,6 +1084,7 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "data.val_reasoning_gym.",
     "data.val_max_samples",
     "sft.",
+    "async_training.rollout_num_threads",
 )
 """Settings a resumed run may change (with a warning): length, logging, validation, checkpoint cadence, speed and
 memory knobs that leave the algorithm as it was. Most change the numbers at most at float-reduction order; those in

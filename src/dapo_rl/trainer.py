@@ -14,6 +14,7 @@ all-reduce, a checkpoint is saved, and `run` exits with `EXIT_TERMINATED` and th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -44,6 +45,7 @@ from dapo_rl.collect import (
     make_train_batch,
     prompt_policy,
 )
+from dapo_rl.collect.producer import RolloutProducer
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import (
     EpochSampler,
@@ -57,6 +59,7 @@ from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, bar
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
+from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
 from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.summary import closing_summary
 from dapo_rl.tracking import Tracking, check_trackers
@@ -138,6 +141,15 @@ class Trainer:
         # `carry_surplus`: kept groups for the next step (not checkpointed: a resumed run starts without them)
         self.carry: list[PromptGroup] = []
         self.sigterm = False  # set by the SIGTERM handler during `fit`
+        self.async_k = cfg.async_training.max_staleness
+        self.producer: RolloutProducer | None = None  # asynchronous training's rollout thread (K >= 1)
+        self._async_state: dict | None = None  # its checkpointed state, on resume
+        if self.async_k > 0 and ctx.world_size > 1:
+            raise ConfigError(
+                f"async_training.max_staleness={self.async_k}: asynchronous training runs one trainer process in "
+                f"this version, and this job has {ctx.world_size} ranks; launch one process, or set "
+                "async_training.max_staleness=0"
+            )
         self._check_split()
         check_trackers(cfg.trainer.logger)
         try:
@@ -145,6 +157,14 @@ class Trainer:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         ckpt = self._setup_run_dir(resume)
+        self.engine_threads = 0
+        if (
+            self.async_k > 0 and ctx.device.type == "cpu"
+        ):  # the engine process and the trainer share the cores
+            cores = torch.get_num_threads()
+            self.engine_threads = cfg.async_training.rollout_num_threads or max(1, cores // 2)
+            if cfg.trainer.num_threads == 0:
+                torch.set_num_threads(max(1, cores - self.engine_threads))
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         seed_everything(cfg.trainer.seed + ctx.rank)
@@ -202,19 +222,38 @@ class Trainer:
         self.peak_flops = (
             matmul_peak_flops(ctx.device, torch.bfloat16 if bf16 else torch.float32) * ctx.world_size
         )
+        engine_kwargs = dict(
+            max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
+            seed=cfg.trainer.seed,
+            # the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do)
+            dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
+            trust_remote_code=cfg.model.trust_remote_code,
+            attn_implementation=self.attn_implementation,
+        )
         try:
-            self.engine = build_engine(
-                cfg.rollout,
-                load_path,
-                self.tokenizer,
-                max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
-                seed=cfg.trainer.seed,
-                # the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do)
-                dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
-                trust_remote_code=cfg.model.trust_remote_code,
-                ctx=ctx,
-                attn_implementation=self.attn_implementation,
-            )
+            if self.async_k > 0:
+                self.engine = RemoteEngine(
+                    EngineSpec(
+                        cfg.rollout,
+                        load_path,
+                        device=ctx.device.type,
+                        cuda_visible_devices=_engine_gpu(ctx.device),
+                        num_threads=self.engine_threads,
+                        **engine_kwargs,
+                    ),
+                    device=ctx.device,
+                )
+                self.log(
+                    f"async: the rollout engine runs in its own process (pid {self.engine.proc.pid}"
+                    + (
+                        f", {self.engine.num_threads} threads; the trainer {torch.get_num_threads()}"
+                        if ctx.device.type == "cpu"
+                        else f", GPU {self.engine.spec.cuda_visible_devices}"
+                    )
+                    + f"); groups may lag the policy by up to {self.async_k} version(s)"
+                )
+            else:
+                self.engine = build_engine(cfg.rollout, load_path, self.tokenizer, ctx=ctx, **engine_kwargs)
         except ValueError as e:
             raise ConfigError(str(e)) from e
         # the engine holds bf16 weights under bf16 compute: push bf16 (half the all-gather traffic under FSDP2)
@@ -249,6 +288,20 @@ class Trainer:
             self._resume_from(ckpt)
             if lora:  # the engine holds the base model: give it the resumed adapters, merged
                 self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
+        if self.async_k > 0:
+            self.producer = RolloutProducer(
+                self.engine,
+                self.scorer,
+                self.sampler,
+                self.train_data,
+                lambda: self.step_cfg,
+                self.prompt_policy,
+                self.async_k,
+                version=self.step,
+                log=self.log,
+            )
+            if self._async_state is not None:
+                self.producer.load_state_dict(self._async_state)
         self._apply_stage()
         self.tracking = None
         failed: ConfigError | None = None
@@ -481,6 +534,7 @@ class Trainer:
             except ValueError as e:
                 raise ConfigError(f"{ckpt}: {e}") from e
         self.sampler.load_state_dict(state["sampler"])
+        self._async_state = state.get("async")
         if self.ctx.is_main and self.metrics_path.exists():  # rows written after the checkpoint come again
             truncate_metrics(self.metrics_path, self.step)
         saved_world = int(state.get("world_size", 1))
@@ -498,8 +552,6 @@ class Trainer:
         (`dapo_rl.evaluate`), each rank taking every `world_size`-th problem: `val/<name>/acc` and
         `val/<name>/avg@<n>` (mean correctness over all samples), `val/<name>/pass@k` and `maj@k` when n > 1, and
         `val/<name>/response_length_mean`."""
-        from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
-
         vk = self.cfg.rollout.val_kwargs
         params = SamplingParams(
             n=vk.n,
@@ -511,23 +563,47 @@ class Trainer:
         )
         verify = Scorer(self.tokenizer, self.pool)
         out = {}
-        for ds in self.val_data:
-            mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
-            local = evaluate_dataset(
-                self.engine,
-                ds,
-                params,
-                verify,
-                only=mine,
-                chunk_problems=max(len(ds), 1),
-                rank=self.ctx.rank,
-            )
-            records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
-            m = dataset_metrics(records, vk.n)
-            out[f"val/{ds.name}/acc"] = m[f"avg@{vk.n}"]
-            keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if vk.n > 1 else [f"avg@{vk.n}"]
-            out.update({f"val/{ds.name}/{k}": m[k] for k in keys})
-            out[f"val/{ds.name}/response_length_mean"] = m["response_length_mean"]
+        with self._engine_current():
+            for ds in self.val_data:
+                out.update(self._validate_one(ds, params, verify))
+            if (
+                self.producer is not None
+            ):  # the engine process holds the actor's weights now: check the transport
+                out["rollout_corr/sync_logprob_gap"] = self.sync_logprob_gap()
+        return out
+
+    @contextlib.contextmanager
+    def _engine_current(self):
+        """Inside: the engine holds the actor's latest weights and nothing else uses it (asynchronous training:
+        the producer paused at a round boundary and the newest weights pushed)."""
+        if self.producer is None:
+            yield
+            return
+        with self.producer.paused():
+            self.producer.push_pending()
+            yield
+
+    def _validate_one(self, ds, params: SamplingParams, verify: Scorer) -> dict:
+        """`validate` on one dataset."""
+        from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
+
+        n = self.cfg.rollout.val_kwargs.n
+        mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
+        local = evaluate_dataset(
+            self.engine,
+            ds,
+            params,
+            verify,
+            only=mine,
+            chunk_problems=max(len(ds), 1),
+            rank=self.ctx.rank,
+        )
+        records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
+        m = dataset_metrics(records, n)
+        out = {f"val/{ds.name}/acc": m[f"avg@{n}"]}
+        keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if n > 1 else [f"avg@{n}"]
+        out.update({f"val/{ds.name}/{k}": m[k] for k in keys})
+        out[f"val/{ds.name}/response_length_mean"] = m["response_length_mean"]
         return out
 
     # ------------------------------------------------------------------------------------------------ loop
@@ -536,26 +612,38 @@ class Trainer:
         ctx = self.ctx
         t0 = time.perf_counter()
         scored_before = self.scorer.seconds
-        groups, stats = collect_batch(
-            self.engine,
-            self.scorer,
-            self.sampler,
-            self.train_data,
-            self.step_cfg,
-            self.step,
-            ctx,
-            self.log,
-            self.prompt_policy,
-            self.carry,
-        )
+        if self.producer is not None:  # asynchronous: the batch waits in the producer's queue
+            groups, stats = self.producer.next_batch(self.step_cfg.data.train_batch_size, self.step - 1)
+        else:
+            groups, stats = collect_batch(
+                self.engine,
+                self.scorer,
+                self.sampler,
+                self.train_data,
+                self.step_cfg,
+                self.step,
+                ctx,
+                self.log,
+                self.prompt_policy,
+                self.carry,
+            )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
         self.engine.sleep()
         upd = self.actor.update(batch)
         t2 = time.perf_counter()
-        self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
-        t3 = time.perf_counter()
-        sync_gap = self.sync_logprob_gap()
+        if (
+            self.producer is not None
+        ):  # a copy for the producer to push between its rounds; the next step goes on
+            weights = [(n, t.detach().clone()) for n, t in self.actor.engine_weights(self._push_dtype)]
+            self.producer.publish(weights, self.step)
+            t3 = time.perf_counter()
+            stats["async/overlap_ratio"] = self.producer.busy_seconds(t1, t3) / max(t3 - t1, 1e-9)
+            sync_gap = None
+        else:
+            self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
+            t3 = time.perf_counter()
+            sync_gap = self.sync_logprob_gap()
         tokens = all_reduce([float(batch.attention_mask.sum())], ctx)[0]
         metrics = dict(stats)
         metrics["data/skipped_rows"] = self.skipped_rows
@@ -572,9 +660,12 @@ class Trainer:
         metrics["train/lr"] = upd["actor/lr"]
         metrics["train/skipped_updates"] = upd["actor/num_skipped_steps"]
         metrics.update({k: v for k, v in upd.items() if k.startswith("rollout_corr/")})
-        metrics["rollout_corr/sync_logprob_gap"] = sync_gap
-        score_s = self.scorer.seconds - scored_before
-        metrics["time/score_s"] = score_s  # overlaps time/generate_s (from collect_batch) with reward.overlap
+        if sync_gap is not None:
+            metrics["rollout_corr/sync_logprob_gap"] = sync_gap
+        if self.producer is None:  # (the producer reports its rounds' scoring time itself)
+            metrics["time/score_s"] = (
+                self.scorer.seconds - scored_before
+            )  # overlaps time/generate_s (reward.overlap)
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
         metrics["time/sync_weights_s"] = t3 - t2
@@ -644,6 +735,8 @@ class Trainer:
         )
         write = bar.write if main else _quiet
         previous_handler = self._catch_sigterm()
+        if self.producer is not None:
+            self.producer.start()
         try:
             while self.step < t.total_training_steps and not self.budget_spent():
                 t0 = time.perf_counter()
@@ -697,6 +790,8 @@ class Trainer:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             bar.close()
+            if self.producer is not None:
+                self.producer.stop()
             self.pool.close()
             if self.tracking is not None:
                 self.tracking.finish()
@@ -738,14 +833,19 @@ class Trainer:
         Raises:
             TrainingDiverged: the weights are not finite (the previous checkpoint is kept).
         """
-        state = {
-            "step": self.step,
-            "bad_streak": self.bad_streak,
-            "gen_samples_total": self.gen_samples_total,
-            "sampler": self.sampler.state_dict(),
-            "dynamic_sampling": self.prompt_policy.state_dict(),
-            "campo": self.campo.state_dict() if self.campo is not None else {},
-        }
+        # asynchronous: the producer pauses at a round boundary, so the sampler, the prompt policy and the queue
+        # agree (the groups of the round in progress are queued and saved)
+        with self.producer.paused() if self.producer is not None else contextlib.nullcontext():
+            state = {
+                "step": self.step,
+                "bad_streak": self.bad_streak,
+                "gen_samples_total": self.gen_samples_total,
+                "sampler": self.sampler.state_dict(),
+                "dynamic_sampling": self.prompt_policy.state_dict(),
+                "campo": self.campo.state_dict() if self.campo is not None else {},
+            }
+            if self.producer is not None:
+                state["async"] = self.producer.state_dict()
         try:
             return save_checkpoint(
                 self.out,
@@ -786,6 +886,26 @@ class Trainer:
             fh.write(json.dumps(row) + "\n")
         if self.tracking is not None:
             self.tracking.log(row, row["step"])
+
+
+def _engine_gpu(device: torch.device) -> str | None:
+    """`CUDA_VISIBLE_DEVICES` of the engine process: the first visible GPU that is not the trainer's (None on CPU).
+
+    Raises:
+        ConfigError: no second GPU is visible.
+    """
+    if device.type != "cuda":
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    mine = device.index or 0
+    others = [g for i, g in enumerate(gpus) if i != mine]
+    if not others:
+        raise ConfigError(
+            "async_training.max_staleness >= 1 on GPUs puts the rollout engine on a GPU of its own, and only one is "
+            "visible; make two visible (CUDA_VISIBLE_DEVICES), or set async_training.max_staleness=0"
+        )
+    return others[0]
 
 
 def resume_command(command: list[str] | None, external_launcher: bool) -> str:

@@ -82,7 +82,9 @@ def make_train_batch(
     mini = cfg.actor.ppo_mini_batch_size * cfg.rollout.n
     rows, minibatch = shard_minibatches(lengths, mini, ctx.world_size, ctx.rank, order)
     mine = _fetch_rows(groups, rollouts, lengths, rows, order, mini, ctx)
-    stale = [g.key[0] == 0 for g in groups for _ in g.rollouts]  # carried from the previous step
+    # sampled by an earlier policy: carried from the previous step, or (asynchronous) an older version than the
+    # one this step updates (step - 1 updates so far)
+    stale = [g.key[0] == 0 or 0 <= g.version < step - 1 for g in groups for _ in g.rollouts]
     return TrainBatch.build(
         [x.prompt_ids for x in mine],
         [x.response_ids for x in mine],

@@ -116,28 +116,13 @@ def collect_batch(
         groups = [PromptGroup((rounds, p), g) for p, g in zip(positions, sampled)]
         generated.extend(groups)
         kept_before = len(kept)
-        if fg.enable:
-            keep: set[int] = set()
-            if groups:
-                metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
-                gidx = torch.repeat_interleave(
-                    torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups])
-                )
-                keep = set(kept_group_ids(metric, gidx).tolist())
-            kept.extend(g for i, g in enumerate(groups) if i in keep)
-            filtered_tokens += sum(
-                x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts
-            )
-        else:
-            kept.extend(groups)
+        round_kept, round_filtered = filter_groups(groups, fg)
+        kept.extend(round_kept)
+        filtered_tokens += round_filtered
         outcomes: list[tuple[int, int, int]] = []
         if policy.needs_outcomes:
             # a collective: a rank that drew no prompt this round (gen_batch_size < world size) joins with nothing
-            mine = [
-                (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
-                for g in groups
-            ]
-            outcomes = [o for part in all_gather_objects(mine, ctx) for o in part]
+            outcomes = [o for part in all_gather_objects(group_outcomes(groups), ctx) for o in part]
         round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
         policy.record(len(indices), int(round_kept), outcomes)
         total_kept = len(carried) + int(total_fresh)
@@ -179,6 +164,25 @@ def collect_batch(
     return batch, stats | {"time/generate_s": generate_s}
 
 
+def filter_groups(groups: list[PromptGroup], fg) -> tuple[list[PromptGroup], int]:
+    """Dynamic sampling's filter over one round's groups (DAPO Eq. 11): `(kept, filtered_tokens)`, the groups whose
+    `fg.metric` varies (all of them when `fg.enable` is false) and the response tokens of those dropped."""
+    if not fg.enable or not groups:
+        return list(groups), 0
+    metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
+    gidx = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups]))
+    keep = set(kept_group_ids(metric, gidx).tolist())
+    dropped = sum(x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts)
+    return [g for i, g in enumerate(groups) if i in keep], dropped
+
+
+def group_outcomes(groups: list[PromptGroup]) -> list[tuple[int, int, int]]:
+    """`(problem index, correct responses, responses)` of each group: what a prompt policy's `record` learns from."""
+    return [
+        (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts)) for g in groups
+    ]
+
+
 def _share_groups(kept: list[PromptGroup], ctx: DistContext) -> list[PromptGroup]:
     """Every rank's kept groups, in rank order, for the batch's arithmetic: this rank's own complete, the others'
     without response tokens, log-probs and text (`owner` says who holds them; `make_train_batch` fetches the rows
@@ -217,26 +221,40 @@ def _step_stats(
     tokens (`exp` of the engine's log-probs; DAPO Fig. 7's "mean probability"), `train/all_correct_group_ratio`
     and `train/all_wrong_group_ratio` the share of groups whose responses were all right / all wrong (Fig. 3b).
     """
+    sums = all_reduce(generated_sums(generated) + [filtered_tokens], ctx)
+    longest = all_reduce(
+        [max((x.response_length for g in generated for x in g.rollouts), default=0)], ctx, op="max"
+    )[0]
+    return stats_from_sums(sums, longest, rounds, total_kept, surplus_tokens)
+
+
+def generated_sums(generated: list[PromptGroup]) -> list[float]:
+    """The additive statistics of generated groups that `stats_from_sums` turns into a step's means: responses,
+    groups, reward, correct, tokens, truncated, verifier errors and timeouts, all-correct and all-wrong groups, the
+    sum of sampling probabilities and their count. Sums of several rounds add up element-wise."""
     rs = [x for g in generated for x in g.rollouts]
     lps = [lp for x in rs for lp in x.logprobs]
-    sums = all_reduce(
-        [
-            len(rs),
-            len(generated),
-            sum(x.reward for x in rs),
-            sum(float(x.acc) for x in rs),
-            sum(x.response_length for x in rs),
-            sum(x.truncated for x in rs),
-            sum(x.status == "error" for x in rs),
-            sum(x.status == "timeout" for x in rs),
-            sum(all(x.acc for x in g.rollouts) for g in generated),
-            sum(not any(x.acc for x in g.rollouts) for g in generated),
-            float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
-            len(lps),
-            filtered_tokens,
-        ],
-        ctx,
-    )
+    return [
+        len(rs),
+        len(generated),
+        sum(x.reward for x in rs),
+        sum(float(x.acc) for x in rs),
+        sum(x.response_length for x in rs),
+        sum(x.truncated for x in rs),
+        sum(x.status == "error" for x in rs),
+        sum(x.status == "timeout" for x in rs),
+        sum(all(x.acc for x in g.rollouts) for g in generated),
+        sum(not any(x.acc for x in g.rollouts) for g in generated),
+        float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
+        len(lps),
+    ]
+
+
+def stats_from_sums(
+    sums: list[float], longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0
+) -> dict:
+    """A step's statistics (`_step_stats`) from `generated_sums` + [filtered tokens] over all its rounds and ranks,
+    the longest response, the rounds, the groups kept and the surplus tokens dropped."""
     (
         n,
         groups,
@@ -252,7 +270,6 @@ def _step_stats(
         n_lp,
         filtered,
     ) = sums
-    longest = all_reduce([max((x.response_length for x in rs), default=0)], ctx, op="max")[0]
     out = {
         "train/reward_mean": reward / max(n, 1.0),
         "train/acc_mean": acc / max(n, 1.0),

@@ -113,6 +113,9 @@ class PromptGroup:
     """Under several ranks, the rank that sampled the group and holds its response tokens and log-probs; the other
     ranks hold a copy without them (`Rollout.light` keeping the prompt), enough for the batch's arithmetic, and
     `make_train_batch` fetches only the rows a rank trains on. -1: every rollout is complete here."""
+    version: int = -1
+    """Asynchronous training: the policy version (optimizer steps taken) whose weights the engine sampled the group
+    with; -1: the current policy (the synchronous loop)."""
 
     def metric(self, name: str) -> list[float]:
         """`acc` (0/1) or the shaped `score` of each rollout."""

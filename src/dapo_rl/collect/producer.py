@@ -1,0 +1,428 @@
+"""Asynchronous dynamic sampling (`async_training.max_staleness` = K >= 1): a thread of the trainer's process that
+keeps the engine process generating while the actor updates.
+
+```
+producer thread:  [weights v waiting? push them] -> draw a round -> engine process samples it (version v)
+                  -> verifier + shaping -> dynamic-sampling filter -> kept groups, tagged v, into the queue
+                  (pauses while the queue holds K batches, or the trainer asks it to)
+trainer thread:   take a batch (groups more than K versions behind the policy dropped and counted) -> update
+                  -> snapshot the weights for the producer (version + 1) -> next step
+```
+Each group carries the policy version that sampled it (`PromptGroup.version`); a round is sampled by one version
+(weights change only between rounds). Staleness of a group trained at step s is (s - 1) - version: the trainer's
+policy has taken s - 1 updates when step s trains. Rows with staleness > 0 take the engine's log-probs as pi_old
+(`make_train_batch` flags them; `Actor.update`). The queue is bounded at K batches, so at most K versions separate
+sampler and learner apart from a round's surplus, which is dropped when it ages past K.
+
+The queue, the sampler position, the prompt policy and the statistics of rounds not yet reported are checkpointed
+(`state_dict`, taken with the producer paused at a round boundary), so `--resume` continues with the same queue and
+staleness accounting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from dapo_rl.collect.loop import (
+    DynamicSamplingExhausted,
+    _usable_partial,
+    filter_groups,
+    generated_sums,
+    group_outcomes,
+    stats_from_sums,
+)
+from dapo_rl.collect.prompt_policy import PromptPolicy
+from dapo_rl.collect.records import PromptGroup, Rollout
+from dapo_rl.collect.sampling import Scorer, sample_and_score
+from dapo_rl.data import EpochSampler, PromptDataset
+from dapo_rl.rollout import SamplingParams
+from dapo_rl.rollout.seeds import round_seed
+
+N_SUMS = 13
+"""Length of `generated_sums` + [filtered tokens]."""
+
+
+class GroupQueue:
+    """Kept groups waiting for a step, oldest first, each with its `version`.
+
+    Args:
+        max_staleness: K; `take` drops groups more than K versions behind the policy being updated.
+    """
+
+    def __init__(self, max_staleness: int):
+        self.max_staleness = max_staleness
+        self.groups: deque[PromptGroup] = deque()
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def fresh(self, policy_version: int) -> int:
+        """Queued groups at most K versions behind `policy_version`."""
+        return sum(policy_version - g.version <= self.max_staleness for g in self.groups)
+
+    def take(self, n: int, policy_version: int) -> tuple[list[PromptGroup], list[PromptGroup]]:
+        """`(batch, dropped)`: the first `n` groups at most K versions behind `policy_version` (fewer if the queue
+        runs out), and the older ones passed over on the way, which leave the queue."""
+        batch, dropped = [], []
+        while self.groups and len(batch) < n:
+            g = self.groups.popleft()
+            (dropped if policy_version - g.version > self.max_staleness else batch).append(g)
+        return batch, dropped
+
+
+def _rollout_state(x: Rollout) -> list:
+    return [
+        x.problem_idx,
+        x.sample_idx,
+        list(x.response_ids),
+        list(x.logprobs),
+        x.finish_reason,
+        x.text,
+        x.score,
+        x.acc,
+        x.pred,
+        x.status,
+        x.reward,
+    ]
+
+
+def _rollout_from(state: list, dataset: PromptDataset) -> Rollout:
+    pi, si, ids, lps, finish, text, score, acc, pred, status, reward = state
+    return Rollout(
+        dataset.samples[pi],
+        pi,
+        si,
+        dataset.prompt_ids[pi],
+        ids,
+        lps,
+        finish,
+        text=text,
+        score=score,
+        acc=acc,
+        pred=pred,
+        status=status,
+        reward=reward,
+    )
+
+
+class RolloutProducer:
+    """The producer thread of asynchronous DAPO (see the module's docstring). One trainer process (world size 1).
+
+    Args:
+        engine: the engine process's `RemoteEngine` (any `generate` / `update_weights` engine works).
+        scorer: scores and shapes the rollouts (its reward pool is used from this thread).
+        sampler: the training prompts' epoch order (advanced by each round).
+        dataset: the training prompts.
+        step_cfg: returns the settings of the next round (the run's, or the CAMPO stage's).
+        policy: the prompt-sampling policy (which prompts, how many per round).
+        max_staleness: K >= 1.
+        version: the policy version the engine holds at start (the resumed step, or 0).
+        log: where notes go.
+
+    The sampler, the policy and the queue belong to this thread while it runs: read or change them only inside
+    `paused()`.
+    """
+
+    def __init__(
+        self,
+        engine,
+        scorer: Scorer,
+        sampler: EpochSampler,
+        dataset: PromptDataset,
+        step_cfg: Callable[[], object],
+        policy: PromptPolicy,
+        max_staleness: int,
+        version: int = 0,
+        log: Callable[[str], None] = print,
+    ):
+        self.engine, self.scorer, self.sampler, self.dataset = engine, scorer, sampler, dataset
+        self.step_cfg, self.policy, self.log = step_cfg, policy, log
+        self.queue = GroupQueue(max_staleness)
+        self.engine_version = version
+        self.learner_version = version
+        """The policy version the next batch is taken for (staleness is counted against it)."""
+        self.rounds_total = 0
+        self._cv = threading.Condition()
+        self._pending: tuple[int, list] | None = None  # (version, [(name, tensor)]) waiting for the engine
+        self._pause = 0
+        self._idle = True
+        self._stop = False
+        self._error: BaseException | None = None
+        self._exhausted = False
+        self._thread: threading.Thread | None = None
+        self._busy: list[tuple[float, float]] = []  # the engine's generation intervals (perf_counter)
+        self._gen_started: float | None = None
+        self._reset_report()
+        self._rounds_since_batch = 0
+        self._kept_total = 0
+
+    def _reset_report(self) -> None:
+        """The statistics since the last `next_batch`: what the next step reports."""
+        self._sums = [0.0] * N_SUMS
+        self._longest = 0
+        self._rounds = 0
+        self._kept = 0
+        self._prompts = 0
+        self._skipped = 0
+        self._generate_s = 0.0
+        self._score_s = 0.0
+
+    # ----------------------------------------------------------------------------------------- trainer's side
+    def start(self) -> None:
+        """Start generating (a daemon thread)."""
+        self._thread = threading.Thread(target=self._run, name="dapo-rollout-producer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the round in progress and wait for the thread (idempotent)."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def publish(self, weights: list, version: int) -> None:
+        """Hand the producer the weights of policy `version` (`(name, tensor)` pairs the producer owns from now on:
+        copies, not the actor's parameters); it pushes them before its next round. A newer call replaces weights
+        not yet pushed."""
+        with self._cv:
+            self._pending = (version, weights)
+            self.learner_version = max(self.learner_version, version)
+            self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Inside: the producer is idle at a round boundary (the round in progress finished and queued), so the
+        sampler, the policy, the queue and the engine may be used from the trainer's thread."""
+        with self._cv:
+            self._pause += 1
+            self._cv.notify_all()
+            while not self._idle and self._error is None:
+                self._cv.wait()
+        try:
+            self._raise_error()
+            yield self
+        finally:
+            with self._cv:
+                self._pause -= 1
+                self._cv.notify_all()
+
+    def push_pending(self) -> None:
+        """Inside `paused()`: give the engine the newest published weights now (before validating)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.engine.update_weights(pending[1])
+            self.engine_version = pending[0]
+
+    def next_batch(self, want: int, policy_version: int) -> tuple[list[PromptGroup], dict]:
+        """The next step's batch: wait until the queue holds `want` groups at most K versions behind
+        `policy_version`, take them, and report the rounds generated since the previous call.
+
+        Returns:
+            `(groups, stats)`: the batch (oldest first) and the step's statistics (`collect_batch`'s keys over the
+            rounds finished since the previous batch, plus `async/*` and `time/wait_s`, the seconds the trainer
+            waited).
+
+        Raises:
+            DynamicSamplingExhausted: `max_num_gen_batches` rounds in a row did not complete a batch (and
+                `on_exhausted` is `error`); whatever the producer's thread raised.
+        """
+        t0 = time.perf_counter()
+        fg = self.step_cfg().algorithm.filter_groups
+        n = self.step_cfg().rollout.n
+        with self._cv:
+            self.learner_version = policy_version
+            self._cv.notify_all()
+            while self.queue.fresh(policy_version) < want and self._error is None and not self._exhausted:
+                self._cv.wait()
+            self._raise_error()
+            fresh = self.queue.fresh(policy_version)
+            if fresh < want:  # exhausted
+                usable = _usable_partial(fresh, n, 1)
+                if fg.on_exhausted != "partial" or not usable:
+                    raise DynamicSamplingExhausted(
+                        f"dynamic sampling completed no batch of {want} groups in {self._rounds_since_batch} "
+                        f"generation rounds (algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches}; "
+                        f"{fresh} groups queued): the other groups' responses were all right or all wrong. Raise "
+                        "max_num_gen_batches (0 = unlimited) or data.gen_batch_size, or set algorithm.filter_groups."
+                        "on_exhausted=partial"
+                    )
+                self.log(
+                    f"dynamic sampling: {fresh}/{want} groups queued after {self._rounds_since_batch} rounds"
+                )
+                want = usable
+            batch, dropped = self.queue.take(want, policy_version)
+            self._exhausted = False
+            self._rounds_since_batch = 0
+            sums, longest, rounds, kept = self._sums, self._longest, self._rounds, self._kept
+            prompts, skipped, gen_s, score_s = self._prompts, self._skipped, self._generate_s, self._score_s
+            self._reset_report()
+            queued = len(self.queue)
+            self._cv.notify_all()  # room in the queue
+        stale_tokens = sum(x.response_length for g in dropped for x in g.rollouts)
+        stats = stats_from_sums(sums, longest, rounds, kept, stale_tokens)
+        staleness = [policy_version - g.version for g in batch]
+        stats |= {
+            "train/kept_groups": len(batch),
+            "train/gen_prompts": prompts,
+            "train/skipped_prompts": skipped,
+            "time/generate_s": gen_s,
+            "time/score_s": score_s,
+            "time/wait_s": time.perf_counter() - t0,
+            "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "async/staleness_max": max(staleness, default=0),
+            "async/dropped_stale_groups": len(dropped),
+            "async/queue_groups": queued,
+            "async/engine_version": self.engine_version,
+        }
+        if self.policy.kept_rate is not None:
+            stats["train/kept_rate"] = self.policy.kept_rate
+        return batch, stats
+
+    def busy_seconds(self, t0: float, t1: float) -> float:
+        """Seconds of [t0, t1] (`time.perf_counter`) during which the engine was generating for this producer."""
+        with self._cv:
+            spans = list(self._busy)
+            if self._gen_started is not None:
+                spans.append((self._gen_started, t1))
+        return sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in spans)
+
+    def state_dict(self) -> dict:
+        """Inside `paused()`: the queue (groups with their versions, token ids and log-probs), the statistics of the
+        rounds not yet reported, and the round counters; plain lists (loadable with `weights_only`)."""
+        return {
+            "queue": [
+                [list(g.key), g.version, [_rollout_state(x) for x in g.rollouts]] for g in self.queue.groups
+            ],
+            "rounds_total": self.rounds_total,
+            "rounds_since_batch": self._rounds_since_batch,
+            "kept_total": self._kept_total,
+            "report": [
+                list(self._sums),
+                self._longest,
+                self._rounds,
+                self._kept,
+                self._prompts,
+                self._skipped,
+                self._generate_s,
+                self._score_s,
+            ],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` (before `start`); the groups' prompts come from this producer's dataset."""
+        self.queue.groups = deque(
+            PromptGroup(tuple(key), [_rollout_from(x, self.dataset) for x in rs], version=int(version))
+            for key, version, rs in state.get("queue", [])
+        )
+        self.rounds_total = int(state.get("rounds_total", 0))
+        self._rounds_since_batch = int(state.get("rounds_since_batch", 0))
+        self._kept_total = int(state.get("kept_total", 0))
+        if "report" in state:
+            (
+                sums,
+                self._longest,
+                self._rounds,
+                self._kept,
+                self._prompts,
+                self._skipped,
+                self._generate_s,
+                self._score_s,
+            ) = state["report"]
+            self._sums = [float(v) for v in sums]
+
+    # ----------------------------------------------------------------------------------------- producer's side
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _full(self) -> bool:
+        """The queue holds K batches still fresh for the learner: generating more would only age (groups already
+        too old do not count, else they could block the producer while the trainer waits for fresh ones)."""
+        c = self.step_cfg()
+        return self.queue.fresh(self.learner_version) >= self.queue.max_staleness * c.data.train_batch_size
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._stop and (self._pause or self._full() or self._exhausted):
+                        if not self._idle:
+                            self._idle = True
+                            self._cv.notify_all()
+                        self._cv.wait()
+                    if self._stop:
+                        self._idle = True
+                        self._cv.notify_all()
+                        return
+                    self._idle = False
+                    pending, self._pending = self._pending, None
+                if pending is not None:
+                    self.engine.update_weights(pending[1])
+                    self.engine_version = pending[0]
+                    del pending
+                self._round()
+        except BaseException as e:  # the trainer's thread raises it at its next call
+            with self._cv:
+                self._error = e
+                self._idle = True
+                self._cv.notify_all()
+
+    def _round(self) -> None:
+        """One generation round: draw, sample with the engine's current weights, score, filter, queue."""
+        c = self.step_cfg()
+        fg, r = c.algorithm.filter_groups, c.rollout
+        want = c.data.train_batch_size
+        self.rounds_total += 1
+        need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
+        size = self.policy.round_size(need, c.data.gen_batch_size, 1)
+        indices, passed = self.policy.draw(self.sampler, size)
+        params = SamplingParams(
+            n=r.n,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_tokens=c.data.max_response_length,
+            # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
+            seed=round_seed(c.trainer.seed, 0, self.rounds_total),
+        )
+        version = self.engine_version
+        scored_before = self.scorer.seconds
+        with self._cv:
+            self._gen_started = time.perf_counter()
+        sampled, gen_s = sample_and_score(
+            self.engine, self.scorer, self.dataset, indices, params, overlap=False
+        )
+        with self._cv:
+            self._busy.append((self._gen_started, self._gen_started + gen_s))
+            self._gen_started = None
+            del self._busy[:-64]
+        groups = [PromptGroup((self.rounds_total, p), g, version=version) for p, g in enumerate(sampled)]
+        kept, filtered = filter_groups(groups, fg)
+        self.policy.record(
+            len(indices), len(kept), group_outcomes(groups) if self.policy.needs_outcomes else []
+        )
+        sums = generated_sums(groups) + [filtered]
+        with self._cv:
+            self.queue.groups.extend(kept)
+            self._sums = [a + b for a, b in zip(self._sums, sums)]
+            self._longest = max([self._longest] + [x.response_length for g in groups for x in g.rollouts])
+            self._rounds += 1
+            self._kept += len(kept)
+            self._prompts += len(indices)
+            self._skipped += passed
+            self._generate_s += gen_s
+            self._score_s += self.scorer.seconds - scored_before
+            before = self._kept_total // want
+            self._kept_total += len(kept)
+            self._rounds_since_batch = (
+                0 if self._kept_total // want > before else self._rounds_since_batch + 1
+            )
+            if fg.max_num_gen_batches > 0 and self._rounds_since_batch >= fg.max_num_gen_batches:
+                self._exhausted = True
+            self._cv.notify_all()

@@ -1,0 +1,293 @@
+"""A rollout engine in its own process, for asynchronous training (`async_training.max_staleness` >= 1).
+
+The trainer's process holds a `RemoteEngine`; a spawned child process holds the real engine (`hf` or `vllm`, built by
+`build_engine` exactly as in the synchronous loop) and serves one request at a time over a pipe: sample a round,
+take new weights, check weight names, close. Weights travel through a two-process torch.distributed group of their
+own (trainer rank 0, engine rank 1; gloo on CPU, NCCL on GPUs), one tensor at a time: the pipe carries each tensor's
+name, shape and dtype, then a broadcast carries its bytes. The group is built from the backend classes on a private
+`TCPStore`, not through `init_process_group`, so it neither needs nor disturbs a default process group (vLLM's
+`StatelessProcessGroup` and prime-rl's NCCL weight broadcast work the same way).
+
+The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
+when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+
+TRANSPORT_TIMEOUT = timedelta(minutes=10)
+"""The weight group's rendezvous and collective timeout."""
+
+
+@dataclass
+class EngineSpec:
+    """What the engine process needs to build its engine (all picklable).
+
+    Attributes:
+        rollout: the run's `RolloutConfig`.
+        model_path: the Hugging Face checkpoint the engine starts from (tokenizer included).
+        max_model_len: the longest prompt + response, tokens.
+        seed: the engine's base seed.
+        dtype: the engine's parameter dtype (`float32`, `bfloat16`).
+        trust_remote_code: `model.trust_remote_code`.
+        attn_implementation: the `hf` engine's attention kernel.
+        device: `cpu` or `cuda` (the child's first visible GPU).
+        cuda_visible_devices: the child's `CUDA_VISIBLE_DEVICES` (None: inherited).
+        num_threads: torch intra-op threads of the child (0: torch's default).
+    """
+
+    rollout: object
+    model_path: str
+    max_model_len: int
+    seed: int = 0
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    device: str = "cpu"
+    cuda_visible_devices: str | None = None
+    num_threads: int = 0
+
+
+class WeightChannel:
+    """One side of the two-process weight group: rank 0 (the trainer) broadcasts, rank 1 (the engine) receives.
+
+    Args:
+        store: the `TCPStore` both processes reach (the trainer's is the server).
+        rank: 0 for the trainer, 1 for the engine.
+        device: where this side's tensors live (`cpu`: gloo; `cuda:i`: NCCL on that device).
+
+    Raises:
+        RuntimeError: the other process did not join within `TRANSPORT_TIMEOUT`.
+    """
+
+    def __init__(self, store, rank: int, device: torch.device):
+        import torch.distributed as dist
+
+        self.device = device
+        if device.type == "cuda":  # as torch.distributed._dist2's NCCL factory builds one (torch 2.13)
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = TRANSPORT_TIMEOUT
+            self.group = dist.ProcessGroupNCCL(store, rank, 2, opts)
+            self.group.eager_connect_single_device(device)
+        else:
+            self.group = dist.ProcessGroupGloo(store, rank, 2, TRANSPORT_TIMEOUT)
+        self._opts = dist.BroadcastOptions()
+        self._opts.rootRank = 0
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """Send (rank 0) or fill (rank 1) `tensor`, contiguous, on this side's device; returns when it is done."""
+        self.group.broadcast([tensor], self._opts).wait()
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (prctl `PR_SET_PDEATHSIG`)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _engine_main(spec: EngineSpec, conn, port: int) -> None:
+    """The engine process: join the weight group, build the engine, then serve requests until told to close or
+    until the trainer's end of the pipe closes."""
+    _die_with_parent()
+    if spec.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+    if spec.num_threads > 0:
+        torch.set_num_threads(spec.num_threads)
+    import torch.distributed as dist
+
+    device = torch.device("cuda:0" if spec.device == "cuda" else "cpu")
+    engine = None
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TRANSPORT_TIMEOUT)
+        channel = WeightChannel(store, 1, device)
+        from dapo_rl.actor import load_tokenizer
+        from dapo_rl.distributed import DistContext
+        from dapo_rl.rollout import build_engine
+
+        tokenizer = load_tokenizer(spec.model_path, spec.trust_remote_code)
+        engine = build_engine(
+            spec.rollout,
+            spec.model_path,
+            tokenizer,
+            max_model_len=spec.max_model_len,
+            seed=spec.seed,
+            dtype=spec.dtype,
+            trust_remote_code=spec.trust_remote_code,
+            ctx=DistContext(device=device),
+            attn_implementation=spec.attn_implementation,
+        )
+        conn.send(("ok", torch.get_num_threads()))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # the trainer is gone
+                return
+            kind = msg[0]
+            if kind == "close":
+                conn.send(("ok", None))
+                return
+            try:
+                if kind == "generate":
+                    conn.send(("ok", engine.generate(msg[1], msg[2])))
+                elif kind == "update":
+                    engine.update_weights(_received(conn, channel, device))
+                    conn.send(("ok", None))
+                elif kind == "check_names":
+                    check = getattr(engine, "check_weight_names", None)
+                    if check is not None:
+                        check(msg[1])
+                    conn.send(("ok", None))
+                else:
+                    conn.send(("error", f"unknown request {kind!r}"))
+            except ValueError as e:  # a refusal the trainer turns into its own error
+                conn.send(("value_error", str(e)))
+            except Exception:
+                conn.send(("error", traceback.format_exc()))
+                if kind == "update":  # the stream of tensors is out of step: nothing more can be served
+                    return
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+
+
+def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+    """The engine side of a push: for each `(name, shape, dtype)` the pipe announces, a tensor the broadcast fills;
+    ends at the trainer's `end`."""
+    while True:
+        msg = conn.recv()
+        if msg[0] == "end":
+            return
+        _, name, shape, dtype = msg
+        t = torch.empty(shape, dtype=dtype, device=device)
+        channel.broadcast(t)
+        yield name, t
+
+
+class RemoteEngine:
+    """The rollout-engine protocol (`generate`, `update_weights`, `sleep`, `check_weight_names`, `close`) served by
+    an engine in a child process (see the module's docstring). Calls are serialised by a lock, so the rollout
+    producer's thread and the trainer's validation can share it; each blocks until the child answers.
+
+    Args:
+        spec: how the child builds its engine.
+        device: the trainer's device, where its side of the weight group sends from (a CUDA device: NCCL).
+        start_timeout_s: seconds to wait for the child's engine to be built.
+
+    Raises:
+        RuntimeError: the child failed to start (its traceback in the message) or died.
+        ValueError: a refusal from the engine (`check_weight_names`).
+    """
+
+    def __init__(self, spec: EngineSpec, device: torch.device | None = None, start_timeout_s: float = 1800.0):
+        import multiprocessing as mp
+
+        import torch.distributed as dist
+
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        mpc = mp.get_context("spawn")
+        self._conn, child = mpc.Pipe()
+        self.proc = mpc.Process(
+            target=_engine_main, args=(spec, child, self._store.port), name="dapo-engine", daemon=True
+        )
+        self.proc.start()
+        child.close()
+        self.device = device if device is not None else torch.device("cpu")
+        self._channel = WeightChannel(self._store, 0, self.device)
+        self.num_threads = self._answer(start_timeout_s)
+        """The engine process's torch threads."""
+
+    # ------------------------------------------------------------------------------------------------- protocol
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """`RolloutEngine.generate`, sampled in the engine process."""
+        with self._lock:
+            self._conn.send(("generate", prompts, params))
+            return self._answer()
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send new weights (Hugging Face names), one tensor at a time through the weight group; returns once the
+        engine has loaded them (and reset its prefix cache)."""
+        with self._lock:
+            self._conn.send(("update",))
+            for name, t in named_tensors:
+                t = t.detach().to(self.device).contiguous()
+                self._conn.send(("tensor", name, tuple(t.shape), t.dtype))
+                self._channel.broadcast(t)
+            self._conn.send(("end",))
+            self._answer()
+
+    def check_weight_names(self, names: Iterable[str]) -> None:
+        """The engine's own `check_weight_names` (vLLM's), run in its process.
+
+        Raises:
+            ValueError: its message.
+        """
+        with self._lock:
+            self._conn.send(("check_names", list(names)))
+            self._answer()
+
+    def sleep(self) -> None:
+        """Nothing to free: the engine has its own process (and device)."""
+
+    def close(self) -> None:
+        """Stop the engine process (its engine's own teardown runs there); idempotent."""
+        proc, self.proc = getattr(self, "proc", None), None
+        if proc is None:
+            return
+        try:
+            if proc.is_alive():
+                with self._lock:
+                    self._conn.send(("close",))
+                    self._answer(60.0)
+        except (RuntimeError, OSError, EOFError):
+            pass
+        finally:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            self._conn.close()
+
+    # --------------------------------------------------------------------------------------------- internals
+    def _answer(self, timeout_s: float | None = None):
+        """The child's reply to the last request; its `error` becomes a RuntimeError (a `value_error`, a
+        ValueError)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        proc = self.proc
+        while not self._conn.poll(1.0):
+            if proc is None or not proc.is_alive():
+                code = None if proc is None else proc.exitcode
+                raise RuntimeError(f"the rollout engine process died (exit code {code})")
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"the rollout engine process did not answer within {timeout_s:.0f} s")
+        try:
+            status, value = self._conn.recv()
+        except EOFError as e:
+            raise RuntimeError("the rollout engine process closed its pipe") from e
+        if status == "value_error":
+            raise ValueError(value)
+        if status != "ok":
+            raise RuntimeError(f"the rollout engine process failed:\n{value}")
+        return value

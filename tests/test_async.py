@@ -1,0 +1,156 @@
+"""Asynchronous DAPO (`async_training.max_staleness`): the staleness queue by hand, and real `dapo train` runs with the
+engine in its own process (the tiny model's warm-up, the real verifier)."""
+
+import signal
+import time
+
+import pytest
+import torch
+
+from dapo_rl.collect.producer import GroupQueue, RolloutProducer
+from dapo_rl.collect.records import PromptGroup, Rollout
+from dapo_rl.config import ConfigError, load_config, validate_config
+from dapo_rl.data import Sample
+from tests.e2e import FAULT, assert_same_metrics, dapo, rows_of, run_args
+
+
+def _group(version: int, i: int) -> PromptGroup:
+    sample = Sample(f"s{i}", "test", [{"role": "user", "content": "1+1"}], "2")
+    return PromptGroup((version + 1, i), [Rollout(sample, i, 0, [1], [2, 3], [-0.5, -0.25])], version=version)
+
+
+def test_the_queue_takes_groups_at_most_k_versions_old_and_drops_older_ones():
+    q = GroupQueue(max_staleness=1)
+    q.groups.extend(_group(v, i) for i, v in enumerate([0, 0, 1, 1, 2, 2]))
+    # policy version 2 (step 3): versions 1 and 2 are within one version, the two of version 0 are not
+    assert q.fresh(2) == 4 and q.fresh(1) == 6 and q.fresh(3) == 2
+    batch, dropped = q.take(3, policy_version=2)
+    assert [g.version for g in dropped] == [0, 0]
+    assert [g.version for g in batch] == [1, 1, 2] and [g.key for g in batch] == [(2, 2), (2, 3), (3, 4)]
+    assert len(q) == 1
+    # K = 0: only the current version trains
+    q0 = GroupQueue(max_staleness=0)
+    gs = [_group(v, i) for i, v in enumerate([0, 1, 1])]
+    q0.groups.extend(gs)
+    assert q0.take(5, policy_version=1) == (gs[1:], gs[:1]) and len(q0) == 0
+
+
+def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
+    """A checkpoint keeps the queue (versions, token ids, log-probs, rewards) and the unreported round statistics in
+    types `torch.load(weights_only=True)` reads back."""
+    from dapo_rl.data import PromptDataset
+    from dapo_rl.models.tiny import build_tiny_tokenizer
+
+    samples = [Sample(f"s{i}", "test", [{"role": "user", "content": f"{i}+1"}], str(i + 1)) for i in range(3)]
+    ds = PromptDataset(samples, build_tiny_tokenizer(), 64, "test")
+    p = RolloutProducer(None, None, None, ds, lambda: None, None, max_staleness=2, version=4)
+    g = PromptGroup(
+        (7, 1), [Rollout(samples[2], 2, 0, ds.prompt_ids[2], [5, 6], [-1.0, -2.5], "length")], version=3
+    )
+    g.rollouts[0].reward, g.rollouts[0].acc = -1.5, True
+    p.queue.groups.append(g)
+    p._sums[0], p._rounds = 8.0, 2
+    state = p.state_dict()
+    path = tmp_path / "state.pt"
+    torch.save(state, path)
+    back = RolloutProducer(None, None, None, ds, lambda: None, None, max_staleness=2)
+    back.load_state_dict(torch.load(path, weights_only=True))
+    (h,) = back.queue.groups
+    x = h.rollouts[0]
+    assert h.key == (7, 1) and h.version == 3 and x.sample is samples[2] and x.prompt_ids == ds.prompt_ids[2]
+    assert (x.response_ids, x.logprobs, x.finish_reason, x.reward, x.acc) == (
+        [5, 6],
+        [-1.0, -2.5],
+        "length",
+        -1.5,
+        True,
+    )
+    assert back._sums[0] == 8.0 and back._rounds == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["async_training.max_staleness=-1"], "must be >= 0"),
+        (["async_training.max_staleness=1", "trainer.nproc_per_node=2"], "one trainer process"),
+        (["async_training.max_staleness=1", "reward.num_workers=0"], "reward.num_workers >= 1"),
+    ],
+)
+def test_bad_async_settings_name_the_setting(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(load_config("tiny_chain_sum", overrides))
+
+
+ASYNC = ("trainer.total_training_steps=4", "trainer.test_freq=2")
+
+
+@pytest.mark.slow
+def test_k0_is_the_synchronous_loop_exactly(base_model, tmp_path):
+    """`max_staleness=0` (the default) runs today's loop: the same metrics as a run that never names it, no
+    engine process and no `async/*` metric."""
+    ref, k0 = tmp_path / "ref", tmp_path / "k0"
+    r = dapo(*run_args(base_model, ref, *ASYNC))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = dapo(*run_args(base_model, k0, *ASYNC, "async_training.max_staleness=0"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "own process" not in r.stdout + r.stderr
+    got, want = rows_of(k0), rows_of(ref)
+    assert not any(k.startswith("async/") for row in got for k in row)
+    assert_same_metrics(got, want)
+
+
+def _gone(pid: int, wait_s: float = 10.0) -> bool:
+    """Whether process `pid` has ended (a zombie counts as ended) within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split(") ")[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base_model, tmp_path):
+    """K = 1: the engine process samples ahead, no trained group is more than one version behind the policy, the
+    engine holds the actor's exact weights at every validation (the transport), and a run SIGKILLed in step 3
+    leaves no engine process behind and resumes from step 2's checkpoint with its queue."""
+    import re
+
+    run = tmp_path / "run"
+    args = run_args(base_model, run, *ASYNC, "async_training.max_staleness=1")
+    r = dapo(*args, env_extra={FAULT: "update:3"})  # killed in step 3, after its optimizer steps
+    assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
+    pid = int(re.search(r"own process \(pid (\d+)", r.stdout + r.stderr).group(1))
+    assert _gone(pid), f"the engine process {pid} outlived its SIGKILLed trainer"
+    state = torch.load(run / "checkpoints" / "global_step_2" / "trainer_state.pt", weights_only=True)
+    queued = [version for _, version, _ in state["async"]["queue"]]
+    assert all(v <= 2 for v in queued)
+
+    r = dapo(*args, "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = rows_of(run)
+    assert [x["step"] for x in rows] == [0, 1, 2, 3, 4]
+    train = rows[1:]
+    staleness = [x["async/staleness_max"] for x in train]
+    print(
+        "K=1 staleness max per step",
+        staleness,
+        "dropped",
+        [x["async/dropped_stale_groups"] for x in train],
+        "overlap",
+        [round(x["async/overlap_ratio"], 2) for x in train],
+        "sync gap",
+        [x["rollout_corr/sync_logprob_gap"] for x in rows if "rollout_corr/sync_logprob_gap" in x],
+        "queued at step 2",
+        queued,
+    )
+    assert max(staleness) <= 1 and max(staleness) == 1  # it ran ahead, never more than one version
+    assert all(x["train/kept_groups"] == 8 for x in train)
+    # the resumed step 3 trains what step 2's checkpoint queued (and what the engine adds): version 1 or later
+    assert train[2]["async/staleness_max"] <= 1
+    gaps = [x["rollout_corr/sync_logprob_gap"] for x in rows if "rollout_corr/sync_logprob_gap" in x]
+    assert len(gaps) == 3 and max(gaps) < 1e-4  # steps 0, 2, 4: the engine samples with the actor's weights
