@@ -74,11 +74,13 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
         (["async_training.max_staleness=-1"], "must be >= 0"),
         (["async_training.max_staleness=1", "trainer.nproc_per_node=2"], "one trainer process"),
         (["async_training.max_staleness=1", "reward.num_workers=0"], "reward.num_workers >= 1"),
+        (["async_training.max_staleness=1"], "CAMPO runs with the synchronous"),
     ],
 )
 def test_bad_async_settings_name_the_setting(overrides, message):
+    recipe = "tiny_campo" if "CAMPO" in message else "tiny_chain_sum"
     with pytest.raises(ConfigError, match=message):
-        validate_config(load_config("tiny_chain_sum", overrides))
+        validate_config(load_config(recipe, overrides))
 
 
 ASYNC = ("trainer.total_training_steps=4", "trainer.test_freq=2")
@@ -154,3 +156,48 @@ def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base
     assert train[2]["async/staleness_max"] <= 1
     gaps = [x["rollout_corr/sync_logprob_gap"] for x in rows if "rollout_corr/sync_logprob_gap" in x]
     assert len(gaps) == 3 and max(gaps) < 1e-4  # steps 0, 2, 4: the engine samples with the actor's weights
+
+
+def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model_dir):
+    """The engine process (the `hf` engine on the tiny model, one thread) samples exactly what the same engine in
+    this process samples on the weights pushed through the gloo group, and keeps serving after a SIGTERM (the
+    trainer alone decides when to stop); `close` ends it."""
+    import os
+
+    from dapo_rl.actor import load_tokenizer
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.models.tiny import build_tiny_model
+    from dapo_rl.rollout import HFRolloutEngine, SamplingParams
+    from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+
+    engine = RemoteEngine(EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1))
+    threads = torch.get_num_threads()
+    try:
+        assert engine.num_threads == 1
+        os.kill(engine.proc.pid, signal.SIGTERM)
+        params = SamplingParams(n=3, temperature=1.0, max_tokens=8, seed=11)
+        before = engine.generate([[5, 6, 7, 8]], params)[0]
+        assert engine.proc.is_alive()
+        other = build_tiny_model(seed=4)
+        engine.update_weights(other.named_parameters())
+        got = engine.generate([[5, 6, 7, 8]], params)[0]
+        torch.set_num_threads(1)  # the same kernels as the engine process's
+        want = HFRolloutEngine(other, load_tokenizer(str(model_dir))).generate([[5, 6, 7, 8]], params)[0]
+    finally:
+        torch.set_num_threads(threads)
+        proc = engine.proc
+        engine.close()
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert [o.logprobs for o in got] == [o.logprobs for o in want]
+    assert [o.logprobs for o in got] != [o.logprobs for o in before]  # the push changed the policy
+    assert not proc.is_alive()
+
+
+def test_an_engine_process_that_fails_to_start_reports_its_error():
+    """A child that fails before joining the weight group (here: NCCL asked for on a CPU build of torch) is
+    reported with its traceback at once, not after the group's rendezvous timeout."""
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+
+    with pytest.raises(RuntimeError, match="ProcessGroupNCCL|CUDA|cuda"):
+        RemoteEngine(EngineSpec(RolloutConfig(name="hf"), "/nonexistent", 64, device="cuda"))

@@ -627,6 +627,7 @@ class Actor:
             t0 = time.perf_counter()
             batch.old_log_prob = self.compute_log_prob(batch)
             t_old = time.perf_counter() - t0
+        recomputed = batch.old_log_prob  # the current policy's (or None on-policy, or mu in bypass mode)
         if stale is not None and not rc.bypass_mode and not correct:
             # pi_old of a row an earlier policy sampled (a carried group, an asynchronous one): that policy, mu.
             # With rollout correction pi_old stays the recomputed current policy and the IS weights / rejection
@@ -646,8 +647,10 @@ class Actor:
             )
             mismatch.add(batch.old_log_prob, mu, batch.response_mask, weights, kept)
             batch.response_mask, batch.rollout_is_weights = kept, weights
-        elif mu is not None and batch.old_log_prob is not None and batch.old_log_prob is not mu:
-            mismatch.add(batch.old_log_prob, mu, batch.response_mask)
+        elif mu is not None and recomputed is not None and recomputed is not mu:
+            # against the recompute on every row: on stale rows the gap then shows the policy's lag too (their
+            # pi_old is mu, which would read as perfect agreement)
+            mismatch.add(recomputed, mu, batch.response_mask)
         track_in_loop = mu is not None and not mismatch.sums
         minibatch = (
             batch.minibatch if batch.minibatch is not None else torch.zeros(len(batch), dtype=torch.long)

@@ -1037,6 +1037,12 @@ def validate_config(cfg: Config) -> None:
                 "reward.num_workers=0 has no time limit (SIGALRM only works on the main thread); set "
                 "reward.num_workers >= 1"
             )
+        if a.campo.enable:
+            raise ConfigError(
+                f"async_training.max_staleness={at.max_staleness} with algorithm.campo.enable=true: queued groups "
+                "sampled and shaped under one stage's length limit would train under the next; CAMPO runs with the "
+                "synchronous loop (async_training.max_staleness=0)"
+            )
         if r.tensor_model_parallel_size > 1:
             raise ConfigError(
                 f"async_training.max_staleness={at.max_staleness}: the engine process holds one vLLM engine on one "

@@ -150,6 +150,7 @@ class Trainer:
                 f"this version, and this job has {ctx.world_size} ranks; launch one process, or set "
                 "async_training.max_staleness=0"
             )
+        engine_gpu = _engine_gpu(ctx.device) if self.async_k > 0 else None  # a second GPU, before any loading
         self._check_split()
         check_trackers(cfg.trainer.logger)
         try:
@@ -234,10 +235,10 @@ class Trainer:
             if self.async_k > 0:
                 self.engine = RemoteEngine(
                     EngineSpec(
-                        cfg.rollout,
+                        replace(cfg.rollout, sleep_level=0),  # the engine never sleeps: its device is its own
                         load_path,
                         device=ctx.device.type,
-                        cuda_visible_devices=_engine_gpu(ctx.device),
+                        cuda_visible_devices=engine_gpu,
                         num_threads=self.engine_threads,
                         **engine_kwargs,
                     ),
@@ -632,9 +633,10 @@ class Trainer:
         self.engine.sleep()
         upd = self.actor.update(batch)
         t2 = time.perf_counter()
-        if (
-            self.producer is not None
-        ):  # a copy for the producer to push between its rounds; the next step goes on
+        if self.producer is not None:
+            # a copy for the producer to push between its rounds, while the next step goes on; an older copy not
+            # pushed yet goes first (never two at once)
+            self.producer.discard_pending()
             weights = [(n, t.detach().clone()) for n, t in self.actor.engine_weights(self._push_dtype)]
             self.producer.publish(weights, self.step)
             t3 = time.perf_counter()
@@ -753,6 +755,8 @@ class Trainer:
                         write(note)
                         self._apply_stage()
                 last = self.step == t.total_training_steps or self.budget_spent()
+                if last and self.producer is not None:  # no more batches: nothing more to sample
+                    self.producer.stop()
                 due = (t.test_freq > 0 and self.step % t.test_freq == 0) or (
                     t.test_freq_samples > 0
                     and self.gen_samples_total // t.test_freq_samples > before // t.test_freq_samples
@@ -835,7 +839,9 @@ class Trainer:
         """
         # asynchronous: the producer pauses at a round boundary, so the sampler, the prompt policy and the queue
         # agree (the groups of the round in progress are queued and saved)
-        with self.producer.paused() if self.producer is not None else contextlib.nullcontext():
+        with (
+            self.producer.paused(raise_error=False) if self.producer is not None else contextlib.nullcontext()
+        ):
             state = {
                 "step": self.step,
                 "bad_streak": self.bad_streak,
@@ -861,6 +867,9 @@ class Trainer:
             raise TrainingDiverged(
                 f"step {self.step}: refusing to checkpoint {e}; the previous checkpoint is kept"
             ) from e
+        finally:
+            if self.producer is not None:  # the checkpoint is written; now the producer's failure, if any
+                self.producer.raise_error()
 
     @staticmethod
     def _format(row: dict) -> str:

@@ -196,21 +196,33 @@ class RolloutProducer:
             self._cv.notify_all()
 
     @contextlib.contextmanager
-    def paused(self):
+    def paused(self, raise_error: bool = True):
         """Inside: the producer is idle at a round boundary (the round in progress finished and queued), so the
-        sampler, the policy, the queue and the engine may be used from the trainer's thread."""
+        sampler, the policy, the queue and the engine may be used from the trainer's thread.
+
+        Args:
+            raise_error: raise what the producer's thread raised (if it did) on entering; False: enter anyway
+                (a checkpoint is still written; its sampler may have passed over the failed round's prompts), and
+                call `raise_error` afterwards.
+        """
         with self._cv:
             self._pause += 1
             self._cv.notify_all()
             while not self._idle and self._error is None:
                 self._cv.wait()
         try:
-            self._raise_error()
+            if raise_error:
+                self._raise_error()
             yield self
         finally:
             with self._cv:
                 self._pause -= 1
                 self._cv.notify_all()
+
+    def discard_pending(self) -> None:
+        """Drop published weights not yet pushed (before building newer ones: never two copies at once)."""
+        with self._cv:
+            self._pending = None
 
     def push_pending(self) -> None:
         """Inside `paused()`: give the engine the newest published weights now (before validating)."""
@@ -302,6 +314,7 @@ class RolloutProducer:
             "rounds_total": self.rounds_total,
             "rounds_since_batch": self._rounds_since_batch,
             "kept_total": self._kept_total,
+            "exhausted": self._exhausted,
             "report": [
                 list(self._sums),
                 self._longest,
@@ -323,6 +336,7 @@ class RolloutProducer:
         self.rounds_total = int(state.get("rounds_total", 0))
         self._rounds_since_batch = int(state.get("rounds_since_batch", 0))
         self._kept_total = int(state.get("kept_total", 0))
+        self._exhausted = bool(state.get("exhausted", False))
         if "report" in state:
             (
                 sums,
@@ -337,6 +351,10 @@ class RolloutProducer:
             self._sums = [float(v) for v in sums]
 
     # ----------------------------------------------------------------------------------------- producer's side
+    def raise_error(self) -> None:
+        """Raise what the producer's thread raised, if anything."""
+        self._raise_error()
+
     def _raise_error(self) -> None:
         if self._error is not None:
             raise self._error
@@ -379,7 +397,8 @@ class RolloutProducer:
         fg, r = c.algorithm.filter_groups, c.rollout
         want = c.data.train_batch_size
         self.rounds_total += 1
-        need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
+        with self._cv:  # the trainer's `take` changes the queue under the lock
+            need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
         size = self.policy.round_size(need, c.data.gen_batch_size, 1)
         indices, passed = self.policy.draw(self.sampler, size)
         params = SamplingParams(
@@ -398,7 +417,7 @@ class RolloutProducer:
         sampled, gen_s = sample_and_score(
             self.engine, self.scorer, self.dataset, indices, params, overlap=False
         )
-        with self._cv:
+        with self._cv:  # (scoring ran after generation: the engine was busy for gen_s of it)
             self._busy.append((self._gen_started, self._gen_started + gen_s))
             self._gen_started = None
             del self._busy[:-64]

@@ -90,23 +90,31 @@ class WeightChannel:
         self.group.broadcast([tensor], self._opts).wait()
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this process when its parent dies (prctl `PR_SET_PDEATHSIG`)."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (prctl `PR_SET_PDEATHSIG`; it follows the
+    thread that started this process, the trainer's main thread under `dapo train`), and exit now if the parent
+    `parent` (pid) is already gone."""
+    import signal
+
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent:
+        os._exit(1)
+    # `timeout`, Slurm and a terminal's Ctrl-C signal every process of the job: the trainer stops at its next step
+    # boundary and still needs this engine for that step (and the checkpoint), so only the trainer reacts
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _engine_main(spec: EngineSpec, conn, port: int) -> None:
+def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
     """The engine process: join the weight group, build the engine, then serve requests until told to close or
-    until the trainer's end of the pipe closes."""
-    _die_with_parent()
-    if spec.cuda_visible_devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+    until the trainer's end of the pipe closes. Any failure during a push ends it (the tensor stream is out of
+    step); a start-up refusal (`ValueError`) comes back as `value_error`."""
+    _die_with_parent(parent)
     if spec.num_threads > 0:
         torch.set_num_threads(spec.num_threads)
     import torch.distributed as dist
@@ -133,6 +141,9 @@ def _engine_main(spec: EngineSpec, conn, port: int) -> None:
             attn_implementation=spec.attn_implementation,
         )
         conn.send(("ok", torch.get_num_threads()))
+    except ValueError as e:
+        conn.send(("value_error", str(e)))
+        return
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
@@ -159,10 +170,9 @@ def _engine_main(spec: EngineSpec, conn, port: int) -> None:
                     conn.send(("ok", None))
                 else:
                     conn.send(("error", f"unknown request {kind!r}"))
-            except ValueError as e:  # a refusal the trainer turns into its own error
-                conn.send(("value_error", str(e)))
-            except Exception:
-                conn.send(("error", traceback.format_exc()))
+            except Exception as e:
+                refusal = isinstance(e, ValueError)  # the trainer turns it into its own error
+                conn.send(("value_error", str(e)) if refusal else ("error", traceback.format_exc()))
                 if kind == "update":  # the stream of tensors is out of step: nothing more can be served
                     return
     finally:
@@ -210,14 +220,34 @@ class RemoteEngine:
         mpc = mp.get_context("spawn")
         self._conn, child = mpc.Pipe()
         self.proc = mpc.Process(
-            target=_engine_main, args=(spec, child, self._store.port), name="dapo-engine", daemon=True
+            target=_engine_main,
+            args=(spec, child, self._store.port, os.getpid()),
+            name="dapo-engine",
+            daemon=True,
         )
-        self.proc.start()
+        # the child's GPU mask is in its environment from its first instruction (spawn copies os.environ), before
+        # anything it imports could initialise CUDA with the trainer's
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if spec.cuda_visible_devices is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+        try:
+            self.proc.start()
+        finally:
+            if spec.cuda_visible_devices is not None:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
         child.close()
         self.device = device if device is not None else torch.device("cpu")
-        self._channel = WeightChannel(self._store, 0, self.device)
-        self.num_threads = self._answer(start_timeout_s)
-        """The engine process's torch threads."""
+        try:
+            self._channel = self._join(start_timeout_s)
+            self.num_threads = self._answer(start_timeout_s)
+            """The engine process's torch threads."""
+        except BaseException:
+            self.proc.kill()
+            self.proc.join()
+            raise
 
     # ------------------------------------------------------------------------------------------------- protocol
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
@@ -232,6 +262,8 @@ class RemoteEngine:
         with self._lock:
             self._conn.send(("update",))
             for name, t in named_tensors:
+                if not self.proc.is_alive():  # never wait on a broadcast nobody will receive
+                    self._answer(0.0)
                 t = t.detach().to(self.device).contiguous()
                 self._conn.send(("tensor", name, tuple(t.shape), t.dtype))
                 self._channel.broadcast(t)
@@ -271,6 +303,34 @@ class RemoteEngine:
             self._conn.close()
 
     # --------------------------------------------------------------------------------------------- internals
+    def _join(self, timeout_s: float) -> WeightChannel:
+        """This side of the weight group, built in a helper thread (its rendezvous blocks until the child joins)
+        while the pipe is watched: a child that fails first is reported with its traceback, not after the
+        rendezvous timeout."""
+        box: dict = {}
+
+        def build():
+            try:
+                box["channel"] = WeightChannel(self._store, 0, self.device)
+            except BaseException as e:
+                box["error"] = e
+
+        t = threading.Thread(target=build, name="dapo-weight-group", daemon=True)
+        t.start()
+        deadline = time.monotonic() + timeout_s
+        while t.is_alive():
+            t.join(0.5)
+            if t.is_alive() and (self._conn.poll(0) or not self.proc.is_alive()):
+                self._answer(0.0)  # raises the child's error (or that it died)
+                raise RuntimeError("the rollout engine process answered before joining the weight group")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the rollout engine process did not join the weight group in {timeout_s:.0f} s"
+                )
+        if "error" in box:
+            raise box["error"]
+        return box["channel"]
+
     def _answer(self, timeout_s: float | None = None):
         """The child's reply to the last request; its `error` becomes a RuntimeError (a `value_error`, a
         ValueError)."""
