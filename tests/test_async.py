@@ -49,7 +49,7 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
     )
     g.rollouts[0].reward, g.rollouts[0].acc = -1.5, True
     p.queue.groups.append(g)
-    p._sums[0], p._rounds = 8.0, 2
+    p._report.sums[0], p._report.rounds = 8.0, 2
     state = p.state_dict()
     path = tmp_path / "state.pt"
     torch.save(state, path)
@@ -65,7 +65,7 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
         -1.5,
         True,
     )
-    assert back._sums[0] == 8.0 and back._rounds == 2
+    assert back._report.sums[0] == 8.0 and back._report.rounds == 2
 
 
 @pytest.mark.parametrize(
@@ -91,9 +91,10 @@ def test_k0_is_the_synchronous_loop_exactly(base_model, tmp_path):
     """`max_staleness=0` (the default) runs today's loop: the same metrics as a run that never names it, no
     engine process and no `async/*` metric."""
     ref, k0 = tmp_path / "ref", tmp_path / "k0"
-    r = dapo(*run_args(base_model, ref, *ASYNC))
+    short = ("trainer.total_training_steps=2", "trainer.test_freq=2")
+    r = dapo(*run_args(base_model, ref, *short))
     assert r.returncode == 0, r.stderr[-3000:]
-    r = dapo(*run_args(base_model, k0, *ASYNC, "async_training.max_staleness=0"))
+    r = dapo(*run_args(base_model, k0, *short, "async_training.max_staleness=0"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "own process" not in r.stdout + r.stderr
     got, want = rows_of(k0), rows_of(ref)

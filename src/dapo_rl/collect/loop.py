@@ -94,14 +94,7 @@ def collect_batch(
         skipped += passed
         prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
-        params = SamplingParams(
-            n=r.n,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            max_tokens=cfg.data.max_response_length,
-            seed=round_seed(cfg.trainer.seed, step, rounds, ctx.rank),
-        )
+        params = round_params(cfg, round_seed(cfg.trainer.seed, step, rounds, ctx.rank))
         sampled, seconds = sample_and_score(
             engine,
             scorer,
@@ -162,6 +155,20 @@ def collect_batch(
     if policy.kept_rate is not None:
         stats["train/kept_rate"] = policy.kept_rate
     return batch, stats | {"time/generate_s": generate_s}
+
+
+def round_params(cfg: Config, seed: int) -> SamplingParams:
+    """The sampling parameters of one training round: `rollout.n`, its temperature, top-p and top-k, at most
+    `data.max_response_length` tokens, and the round's `seed`."""
+    r = cfg.rollout
+    return SamplingParams(
+        n=r.n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        max_tokens=cfg.data.max_response_length,
+        seed=seed,
+    )
 
 
 def filter_groups(groups: list[PromptGroup], fg) -> tuple[list[PromptGroup], int]:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 from dapo_rl.collect.loop import (
     DynamicSamplingExhausted,
@@ -33,17 +34,32 @@ from dapo_rl.collect.loop import (
     filter_groups,
     generated_sums,
     group_outcomes,
+    round_params,
     stats_from_sums,
 )
 from dapo_rl.collect.prompt_policy import PromptPolicy
 from dapo_rl.collect.records import PromptGroup, Rollout
 from dapo_rl.collect.sampling import Scorer, sample_and_score
 from dapo_rl.data import EpochSampler, PromptDataset
-from dapo_rl.rollout import SamplingParams
 from dapo_rl.rollout.seeds import round_seed
 
 N_SUMS = 13
 """Length of `generated_sums` + [filtered tokens]."""
+
+
+@dataclass
+class _Report:
+    """What the rounds finished since the last batch add up to: the next step's statistics (checkpointed)."""
+
+    sums: list[float] = field(default_factory=lambda: [0.0] * N_SUMS)
+    """`generated_sums` + [filtered tokens], added over the rounds."""
+    longest: int = 0
+    rounds: int = 0
+    kept: int = 0
+    prompts: int = 0
+    skipped: int = 0
+    generate_s: float = 0.0
+    score_s: float = 0.0
 
 
 class GroupQueue:
@@ -156,20 +172,9 @@ class RolloutProducer:
         self._thread: threading.Thread | None = None
         self._busy: list[tuple[float, float]] = []  # the engine's generation intervals (perf_counter)
         self._gen_started: float | None = None
-        self._reset_report()
+        self._report = _Report()
         self._rounds_since_batch = 0
         self._kept_total = 0
-
-    def _reset_report(self) -> None:
-        """The statistics since the last `next_batch`: what the next step reports."""
-        self._sums = [0.0] * N_SUMS
-        self._longest = 0
-        self._rounds = 0
-        self._kept = 0
-        self._prompts = 0
-        self._skipped = 0
-        self._generate_s = 0.0
-        self._score_s = 0.0
 
     # ----------------------------------------------------------------------------------------- trainer's side
     def start(self) -> None:
@@ -271,20 +276,18 @@ class RolloutProducer:
             batch, dropped = self.queue.take(want, policy_version)
             self._exhausted = False
             self._rounds_since_batch = 0
-            sums, longest, rounds, kept = self._sums, self._longest, self._rounds, self._kept
-            prompts, skipped, gen_s, score_s = self._prompts, self._skipped, self._generate_s, self._score_s
-            self._reset_report()
+            rep, self._report = self._report, _Report()
             queued = len(self.queue)
             self._cv.notify_all()  # room in the queue
         stale_tokens = sum(x.response_length for g in dropped for x in g.rollouts)
-        stats = stats_from_sums(sums, longest, rounds, kept, stale_tokens)
+        stats = stats_from_sums(rep.sums, rep.longest, rep.rounds, rep.kept, stale_tokens)
         staleness = [policy_version - g.version for g in batch]
         stats |= {
             "train/kept_groups": len(batch),
-            "train/gen_prompts": prompts,
-            "train/skipped_prompts": skipped,
-            "time/generate_s": gen_s,
-            "time/score_s": score_s,
+            "train/gen_prompts": rep.prompts,
+            "train/skipped_prompts": rep.skipped,
+            "time/generate_s": rep.generate_s,
+            "time/score_s": rep.score_s,
             "time/wait_s": time.perf_counter() - t0,
             "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
             "async/staleness_max": max(staleness, default=0),
@@ -315,16 +318,7 @@ class RolloutProducer:
             "rounds_since_batch": self._rounds_since_batch,
             "kept_total": self._kept_total,
             "exhausted": self._exhausted,
-            "report": [
-                list(self._sums),
-                self._longest,
-                self._rounds,
-                self._kept,
-                self._prompts,
-                self._skipped,
-                self._generate_s,
-                self._score_s,
-            ],
+            "report": asdict(self._report),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -337,18 +331,7 @@ class RolloutProducer:
         self._rounds_since_batch = int(state.get("rounds_since_batch", 0))
         self._kept_total = int(state.get("kept_total", 0))
         self._exhausted = bool(state.get("exhausted", False))
-        if "report" in state:
-            (
-                sums,
-                self._longest,
-                self._rounds,
-                self._kept,
-                self._prompts,
-                self._skipped,
-                self._generate_s,
-                self._score_s,
-            ) = state["report"]
-            self._sums = [float(v) for v in sums]
+        self._report = _Report(**state.get("report", {}))
 
     # ----------------------------------------------------------------------------------------- producer's side
     def raise_error(self) -> None:
@@ -394,22 +377,15 @@ class RolloutProducer:
     def _round(self) -> None:
         """One generation round: draw, sample with the engine's current weights, score, filter, queue."""
         c = self.step_cfg()
-        fg, r = c.algorithm.filter_groups, c.rollout
+        fg = c.algorithm.filter_groups
         want = c.data.train_batch_size
         self.rounds_total += 1
         with self._cv:  # the trainer's `take` changes the queue under the lock
             need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
         size = self.policy.round_size(need, c.data.gen_batch_size, 1)
         indices, passed = self.policy.draw(self.sampler, size)
-        params = SamplingParams(
-            n=r.n,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            max_tokens=c.data.max_response_length,
-            # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
-            seed=round_seed(c.trainer.seed, 0, self.rounds_total),
-        )
+        # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
+        params = round_params(c, round_seed(c.trainer.seed, 0, self.rounds_total))
         version = self.engine_version
         scored_before = self.scorer.seconds
         with self._cv:
@@ -429,14 +405,15 @@ class RolloutProducer:
         sums = generated_sums(groups) + [filtered]
         with self._cv:
             self.queue.groups.extend(kept)
-            self._sums = [a + b for a, b in zip(self._sums, sums)]
-            self._longest = max([self._longest] + [x.response_length for g in groups for x in g.rollouts])
-            self._rounds += 1
-            self._kept += len(kept)
-            self._prompts += len(indices)
-            self._skipped += passed
-            self._generate_s += gen_s
-            self._score_s += self.scorer.seconds - scored_before
+            rep = self._report
+            rep.sums = [a + b for a, b in zip(rep.sums, sums)]
+            rep.longest = max([rep.longest] + [x.response_length for g in groups for x in g.rollouts])
+            rep.rounds += 1
+            rep.kept += len(kept)
+            rep.prompts += len(indices)
+            rep.skipped += passed
+            rep.generate_s += gen_s
+            rep.score_s += self.scorer.seconds - scored_before
             before = self._kept_total // want
             self._kept_total += len(kept)
             self._rounds_since_batch = (
