@@ -606,7 +606,9 @@ class AsyncTrainingConfig:
     K >= 1: the engine process keeps generating, scoring and filtering up to K batches ahead while the trainer
     updates; a queued group more than K versions old when its step trains is dropped and counted
     (`async/dropped_stale_groups`). Rows sampled by an older policy take the engine's log-probs as pi_old (or, with
-    `algorithm.rollout_correction`, its IS weights / rejection against the recomputed pi_old)."""
+    `algorithm.rollout_correction`, its IS weights / rejection against the recomputed pi_old). Kept groups beyond a
+    batch stay queued (`carry_surplus` is built in). Costs one copy of the weights on the trainer's device between
+    an update and its push; on GPUs the engine takes a GPU of its own. docs/async.md."""
     rollout_num_threads: int = 0
     """CPU only, K >= 1: torch threads of the engine process; 0: half of this machine's cores (at least 1). The
     trainer takes the rest unless `trainer.num_threads` says otherwise."""

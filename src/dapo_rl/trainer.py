@@ -159,9 +159,8 @@ class Trainer:
             raise ConfigError(str(e)) from e
         ckpt = self._setup_run_dir(resume)
         self.engine_threads = 0
-        if (
-            self.async_k > 0 and ctx.device.type == "cpu"
-        ):  # the engine process and the trainer share the cores
+        # asynchronous on CPU: the engine process and the trainer share the cores
+        if self.async_k > 0 and ctx.device.type == "cpu":
             cores = torch.get_num_threads()
             self.engine_threads = cfg.async_training.rollout_num_threads or max(1, cores // 2)
             if cfg.trainer.num_threads == 0:
@@ -567,9 +566,8 @@ class Trainer:
         with self._engine_current():
             for ds in self.val_data:
                 out.update(self._validate_one(ds, params, verify))
-            if (
-                self.producer is not None
-            ):  # the engine process holds the actor's weights now: check the transport
+            # the engine process holds the actor's weights now: check the transport
+            if self.producer is not None:
                 out["rollout_corr/sync_logprob_gap"] = self.sync_logprob_gap()
         return out
 
@@ -664,10 +662,9 @@ class Trainer:
         metrics.update({k: v for k, v in upd.items() if k.startswith("rollout_corr/")})
         if sync_gap is not None:
             metrics["rollout_corr/sync_logprob_gap"] = sync_gap
-        if self.producer is None:  # (the producer reports its rounds' scoring time itself)
-            metrics["time/score_s"] = (
-                self.scorer.seconds - scored_before
-            )  # overlaps time/generate_s (reward.overlap)
+        # overlaps time/generate_s with reward.overlap; the producer reports its rounds' scoring time itself
+        if self.producer is None:
+            metrics["time/score_s"] = self.scorer.seconds - scored_before
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
         metrics["time/sync_weights_s"] = t3 - t2
