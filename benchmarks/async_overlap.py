@@ -84,6 +84,8 @@ def main() -> None:
             res = run(a.recipe, k, a.steps, a.test_freq, root / f"k{k}_{i}", a.extra)
             results[k].append(res)
             val = ", ".join(f"{n} {v:.3f}" for n, v in res["val"].items())
+            if k == 0:  # the synchronous loop neither waits for a queue nor overlaps
+                res |= {"wait_s": 0.0, "overlap": 0.0, "staleness": 0.0}
             print(
                 f"K={k}: wall {res['wall_s']:.0f} s, {res['step_s']:.2f} s/step (wait {res['wait_s']:.2f}, generate "
                 f"{res['generate_s']:.2f}, update {res['update_s']:.2f}), overlap {res['overlap']:.2f}, staleness "
