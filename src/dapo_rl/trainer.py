@@ -246,11 +246,11 @@ class Trainer:
                 self.log(
                     f"async: the rollout engine runs in its own process (pid {self.engine.proc.pid}"
                     + (
-                        f", {self.engine.num_threads} threads; the trainer {torch.get_num_threads()}"
+                        f", torch threads: {self.engine.num_threads} there, {torch.get_num_threads()} here"
                         if ctx.device.type == "cpu"
                         else f", GPU {self.engine.spec.cuda_visible_devices}"
                     )
-                    + f"); groups may lag the policy by up to {self.async_k} version(s)"
+                    + f"); trained groups lag the policy by at most async_training.max_staleness={self.async_k}"
                 )
             else:
                 self.engine = build_engine(cfg.rollout, load_path, self.tokenizer, ctx=ctx, **engine_kwargs)
@@ -877,6 +877,8 @@ class Trainer:
             ("train/entropy", "entropy", "{:.3f}"),
             ("train/kept_groups", "kept", "{}"),
             ("train/num_gen_batches", "gen_batches", "{}"),
+            ("async/staleness_mean", "stale", "{:.2f}"),
+            ("async/dropped_stale_groups", "dropped", "{}"),
             ("time/step_s", "step_s", "{:.2f}"),
         ]
         parts = [f"step {row['step']}"]
