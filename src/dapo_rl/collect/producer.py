@@ -217,7 +217,7 @@ class RolloutProducer:
                 self._cv.wait()
         try:
             if raise_error:
-                self._raise_error()
+                self.raise_error()
             yield self
         finally:
             with self._cv:
@@ -250,14 +250,14 @@ class RolloutProducer:
                 `on_exhausted` is `error`); whatever the producer's thread raised.
         """
         t0 = time.perf_counter()
-        fg = self.step_cfg().algorithm.filter_groups
-        n = self.step_cfg().rollout.n
+        c = self.step_cfg()
+        fg, n = c.algorithm.filter_groups, c.rollout.n
         with self._cv:
             self.learner_version = policy_version
             self._cv.notify_all()
             while self.queue.fresh(policy_version) < want and self._error is None and not self._exhausted:
                 self._cv.wait()
-            self._raise_error()
+            self.raise_error()
             fresh = self.queue.fresh(policy_version)
             if fresh < want:  # exhausted
                 usable = _usable_partial(fresh, n, 1)
@@ -336,9 +336,6 @@ class RolloutProducer:
     # ----------------------------------------------------------------------------------------- producer's side
     def raise_error(self) -> None:
         """Raise what the producer's thread raised, if anything."""
-        self._raise_error()
-
-    def _raise_error(self) -> None:
         if self._error is not None:
             raise self._error
 
