@@ -72,7 +72,9 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
     ("overrides", "message"),
     [
         (["async_training.max_staleness=-1"], "must be >= 0"),
-        (["async_training.max_staleness=1", "trainer.nproc_per_node=2"], "one trainer process"),
+        (["rollout.n_gpus_per_node=2"], "only asynchronous training"),
+        (["async_training.max_staleness=1", "rollout.n_gpus_per_node=0"], "must be >= 1"),
+        (["async_training.max_staleness=1", "trainer.launcher=ray"], "Ray launcher"),
         (["async_training.max_staleness=1", "reward.num_workers=0"], "reward.num_workers >= 1"),
         (["async_training.max_staleness=1"], "CAMPO runs with the synchronous"),
     ],
@@ -84,6 +86,22 @@ def test_bad_async_settings_name_the_setting(overrides, message):
 
 
 ASYNC = ("trainer.total_training_steps=4", "trainer.test_freq=2")
+
+
+def test_the_engines_take_the_gpus_after_the_trainer_ranks(monkeypatch):
+    """`rollout.n_gpus_per_node` engines on the visible GPUs after this machine's trainer ranks (`LOCAL_WORLD_SIZE`);
+    too few GPUs is refused with the numbers."""
+    from dapo_rl.trainer import _engine_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "6")
+    assert _engine_gpus(torch.device("cuda", 3), 2) == ["6", "7"]
+    assert _engine_gpus(torch.device("cpu"), 2) == [None, None]
+    with pytest.raises(ConfigError, match="6 trainer rank.*8 GPU"):
+        _engine_gpus(torch.device("cuda", 0), 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert _engine_gpus(torch.device("cuda", 0), 1) == ["5"]  # one trainer process: the second visible GPU
 
 
 @pytest.mark.slow
@@ -118,20 +136,27 @@ def _gone(pid: int, wait_s: float = 10.0) -> bool:
 
 @pytest.mark.slow
 def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base_model, tmp_path):
-    """K = 1: the engine process samples ahead, no trained group is more than one version behind the policy, the
-    engine holds the actor's exact weights at every validation (the transport), and a run SIGKILLed in step 3
-    leaves no engine process behind and resumes from step 2's checkpoint with its queue."""
+    """K = 1 on two trainer ranks (FSDP2, gloo) with two engine processes: the engines sample ahead, no trained
+    group is more than one version behind the policy, both engines hold the actor's exact weights at every
+    validation (the gather and the transport), and a run whose rank 0 is SIGKILLed in step 3 leaves no engine
+    process behind and resumes from step 2's checkpoint with its queue, on one rank and one engine."""
     import re
 
     run = tmp_path / "run"
     args = run_args(base_model, run, *ASYNC, "async_training.max_staleness=1")
-    r = dapo(*args, env_extra={FAULT: "update:3"})  # killed in step 3, after its optimizer steps
-    assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
-    pid = int(re.search(r"own process \(pid (\d+)", r.stdout + r.stderr).group(1))
-    assert _gone(pid), f"the engine process {pid} outlived its SIGKILLed trainer"
+    two = ["trainer.nproc_per_node=2", "rollout.n_gpus_per_node=2"]
+    r = dapo(
+        *args, *two, env_extra={FAULT: "update:3@0"}
+    )  # rank 0 killed in step 3, after its optimizer steps
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr[-3000:]
+    assert "rank 0 was killed by SIGKILL" in r.stderr
+    line = re.search(r"runs in 2 process\(es\) of its own \(pid ([\d, ]+)", r.stdout + r.stderr)
+    pids = [int(p) for p in line.group(1).split(", ")]
+    assert len(pids) == 2 and all(_gone(p) for p in pids), f"engine processes {pids} outlived their trainer"
     state = torch.load(run / "checkpoints" / "global_step_2" / "trainer_state.pt", weights_only=True)
     queued = [version for _, version, _ in state["async"]["queue"]]
     assert all(v <= 2 for v in queued)
+    assert [x["step"] for x in rows_of(run)] == [0, 1, 2]
 
     r = dapo(*args, "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -156,7 +181,7 @@ def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base
     # the resumed step 3 trains what step 2's checkpoint queued (and what the engine adds): version 1 or later
     assert train[2]["async/staleness_max"] <= 1
     gaps = [x["rollout_corr/sync_logprob_gap"] for x in rows if "rollout_corr/sync_logprob_gap" in x]
-    assert len(gaps) == 3 and max(gaps) < 1e-4  # steps 0, 2, 4: the engine samples with the actor's weights
+    assert len(gaps) == 3 and max(gaps) < 1e-4  # steps 0, 2, 4: the engines sample with the actor's weights
 
 
 def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model_dir):

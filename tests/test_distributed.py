@@ -369,42 +369,57 @@ def _groups_for_exchange():
     return groups
 
 
-def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str):
+def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str, rank0_holds_all: bool = False):
     """Rank r holds complete rollouts only for the groups it sampled (g % 2 == r) and light copies of the others,
-    as `collect_batch` leaves them; `make_train_batch` fetches its rows from their owner."""
+    as `collect_batch` leaves them; or (`rank0_holds_all`, asynchronous training) rank 0's producer holds every
+    group and the others get light copies through `broadcast_object`. `make_train_batch` fetches each rank's rows
+    from their owner."""
     from dataclasses import replace
 
     from dapo_rl.collect import make_train_batch
+    from dapo_rl.collect.loop import light_group
     from dapo_rl.config import load_config
+    from dapo_rl.distributed import broadcast_object
 
     ctx = join_gloo(rank, world, port)
     try:
         cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
-        groups = [
-            replace(
-                g,
-                owner=i % 2,
-                rollouts=g.rollouts
-                if i % 2 == rank
-                else [replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts],
-            )
-            for i, g in enumerate(_groups_for_exchange())
-        ]
+        if rank0_holds_all:
+            whole = [replace(g, owner=0) for g in _groups_for_exchange()] if rank == 0 else None
+            light = broadcast_object([light_group(g) for g in whole] if rank == 0 else None, ctx)
+            assert all(not x.response_ids and not x.logprobs for g in light for x in g.rollouts)
+            groups = whole if rank == 0 else light
+        else:
+            groups = [
+                replace(
+                    g,
+                    owner=i % 2,
+                    rollouts=g.rollouts
+                    if i % 2 == rank
+                    else [replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts],
+                )
+                for i, g in enumerate(_groups_for_exchange())
+            ]
         batch = make_train_batch(groups, cfg, 0, step=3, ctx=ctx)
         torch.save(batch.__dict__, os.path.join(out_dir, f"b{rank}.pt"))
     finally:
         shutdown(ctx)
 
 
-def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path):
-    """Kept groups stay with the rank that sampled them (others see them without tokens and log-probs); each rank's
-    training rows come to it through one all-to-all, and its batch is exactly the one it would cut from the whole
-    batch held everywhere (shuffled mini-batches, advantages, rollout log-probs, the truncated response's mask)."""
+@pytest.mark.parametrize("rank0_holds_all", [False, True], ids=["each-rank-its-own", "rank0-holds-all"])
+def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path, rank0_holds_all):
+    """Kept groups stay with the rank that sampled them (others see them without tokens and log-probs), or with rank
+    0 (asynchronous training's producer); each rank's training rows come to it through one all-to-all, and its
+    batch is exactly the one it would cut from the whole batch held everywhere (shuffled mini-batches, advantages,
+    rollout log-probs, the truncated response's mask)."""
     from dapo_rl.collect import make_train_batch
     from dapo_rl.config import load_config
 
     mp.start_processes(
-        _exchange_rank_main, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+        _exchange_rank_main,
+        args=(2, free_port(), str(tmp_path), rank0_holds_all),
+        nprocs=2,
+        start_method="spawn",
     )
     cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
     for r in (0, 1):

@@ -360,6 +360,12 @@ class RolloutConfig:
     cache (every parameter is pushed again after the update, and the push checks at start-up that none is missed),
     1 also copies the weights out to pinned CPU memory and back on every step only for the push to overwrite them
     (verl and TRL sleep at level 2); 0 keeps the engine awake. Ignored on CPU, where vLLM has no sleep mode."""
+    n_gpus_per_node: int = 1
+    """Asynchronous training only (`async_training.max_staleness` >= 1): rollout engine processes, each on a GPU of
+    its own, on rank 0's machine (verl's fully-async name). Under `trainer.nproc_per_node=N` the trainer's ranks
+    take the first N visible GPUs and the engines the next ones: `trainer.nproc_per_node=6
+    rollout.n_gpus_per_node=2` splits an 8-GPU node 6/2. Each round is split between the engines. On CPU: engine
+    processes sharing `async_training.rollout_num_threads`."""
     enforce_eager: Optional[bool] = None  # noqa: UP045 - OmegaConf reads typing.Optional
     """vLLM: run without CUDA graphs (vLLM's `enforce_eager`). null: eager on CPU, CUDA graphs on GPUs (faster
     decoding, slower start)."""
@@ -607,11 +613,14 @@ class AsyncTrainingConfig:
     updates; a queued group more than K versions old when its step trains is dropped and counted
     (`async/dropped_stale_groups`). Rows sampled by an older policy take the engine's log-probs as pi_old (or, with
     `algorithm.rollout_correction`, its IS weights / rejection against the recomputed pi_old). Kept groups beyond a
-    batch stay queued (`carry_surplus` is built in). Costs one copy of the weights on the trainer's device between
-    an update and its push; on GPUs the engine takes a GPU of its own. docs/async.md."""
+    batch stay queued (`carry_surplus` is built in). Rank 0 runs the engine processes (`rollout.n_gpus_per_node`,
+    each on a GPU of its own) and the producer; every rank trains (FSDP2) and takes its rows of each batch from rank
+    0. Costs one copy of the weights in rank 0's memory (pinned host memory on GPUs) between an update and its push.
+    docs/async.md."""
     rollout_num_threads: int = 0
-    """CPU only, K >= 1: torch threads of the engine process; 0: half of this machine's cores (at least 1). The
-    trainer takes the rest unless `trainer.num_threads` says otherwise."""
+    """CPU only, K >= 1: torch threads of the engine processes together (each takes its share, at least 1); 0: half
+    of this process's threads (at least 1). Rank 0's trainer takes the rest unless `trainer.num_threads` says
+    otherwise."""
 
 
 @dataclass
@@ -1026,12 +1035,20 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(
             f"async_training.rollout_num_threads={at.rollout_num_threads} must be >= 0 (0: half)"
         )
+    if r.n_gpus_per_node < 1:
+        raise ConfigError(f"rollout.n_gpus_per_node={r.n_gpus_per_node} must be >= 1")
+    if r.n_gpus_per_node > 1 and at.max_staleness == 0:
+        raise ConfigError(
+            f"rollout.n_gpus_per_node={r.n_gpus_per_node} gives the rollout engines GPUs of their own, which only "
+            "asynchronous training does (async_training.max_staleness >= 1); the synchronous loop shares every "
+            "rank's GPU between the actor and its engine"
+        )
     if at.max_staleness > 0:
-        if cfg.trainer.nproc_per_node * cfg.trainer.nnodes > 1 or cfg.trainer.launcher == "ray":
+        if cfg.trainer.launcher == "ray":
             raise ConfigError(
-                f"async_training.max_staleness={at.max_staleness}: asynchronous training runs one trainer process "
-                "with one engine process in this version; set trainer.nproc_per_node=1 and trainer.nnodes=1, or "
-                "async_training.max_staleness=0 for the synchronous loop on several ranks"
+                f"async_training.max_staleness={at.max_staleness}: asynchronous training starts its engine "
+                "processes next to rank 0, which the Ray launcher's one-GPU workers have no room for; use "
+                "trainer.launcher=torchrun, or async_training.max_staleness=0"
             )
         if cfg.reward.num_workers == 0:
             raise ConfigError(
@@ -1093,6 +1110,7 @@ HARMLESS_ON_RESUME: tuple[str, ...] = (
     "data.val_max_samples",
     "sft.",
     "async_training.rollout_num_threads",
+    "rollout.n_gpus_per_node",
 )
 """Settings a resumed run may change (with a warning): length, logging, validation, checkpoint cadence, speed and
 memory knobs that leave the algorithm as it was. Most change the numbers at most at float-reduction order; those in
@@ -1102,6 +1120,7 @@ world size shares the prompts out differently (the trainer says so). A key endin
 RESUME_CHANGES_SAMPLES: dict[str, str] = {
     "rollout.micro_batch_size": "the hf engine spends each round's seed over other chunks: other samples",
     "reward.timeout_s": "another set of slow answers times out and scores -1",
+    "rollout.n_gpus_per_node": "each round is split between another number of engines, each with its own seed",
 }
 """Keys of `HARMLESS_ON_RESUME` whose change makes the resumed run draw other samples or rewards than an
 uninterrupted run would (the same experiment, not the same numbers), with the reason the warning gives."""

@@ -45,6 +45,7 @@ from dapo_rl.collect import (
     make_train_batch,
     prompt_policy,
 )
+from dapo_rl.collect.loop import light_group
 from dapo_rl.collect.producer import RolloutProducer
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import (
@@ -55,11 +56,11 @@ from dapo_rl.data import (
     reasoning_gym_samples,
 )
 from dapo_rl.data.dataset import DataError
-from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
+from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier, broadcast_object
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
-from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+from dapo_rl.rollout.remote import EngineSpec, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.summary import closing_summary
 from dapo_rl.tracking import Tracking, check_trackers
@@ -144,13 +145,12 @@ class Trainer:
         self.async_k = cfg.async_training.max_staleness
         self.producer: RolloutProducer | None = None  # asynchronous training's rollout thread (K >= 1)
         self._async_state: dict | None = None  # its checkpointed state, on resume
-        if self.async_k > 0 and ctx.world_size > 1:
-            raise ConfigError(
-                f"async_training.max_staleness={self.async_k}: asynchronous training runs one trainer process in "
-                f"this version, and this job has {ctx.world_size} ranks; launch one process, or set "
-                "async_training.max_staleness=0"
-            )
-        engine_gpu = _engine_gpu(ctx.device) if self.async_k > 0 else None  # a second GPU, before any loading
+        n_engines = cfg.rollout.n_gpus_per_node
+        # asynchronous: rank 0 holds the engine processes and the producer; the other ranks only train
+        engine_here = self.async_k == 0 or ctx.rank == 0
+        engine_gpus = (  # GPUs of their own, before any loading
+            _engine_gpus(ctx.device, n_engines) if self.async_k > 0 and engine_here else [None] * n_engines
+        )
         self._check_split()
         check_trackers(cfg.trainer.logger)
         try:
@@ -159,8 +159,8 @@ class Trainer:
             raise ConfigError(str(e)) from e
         ckpt = self._setup_run_dir(resume)
         self.engine_threads = 0
-        # asynchronous on CPU: the engine process and the trainer share the cores
-        if self.async_k > 0 and ctx.device.type == "cpu":
+        # asynchronous on CPU: the engine processes and the trainer (rank 0's) share the cores
+        if self.async_k > 0 and engine_here and ctx.device.type == "cpu":
             cores = torch.get_num_threads()
             self.engine_threads = cfg.async_training.rollout_num_threads or max(1, cores // 2)
             if cfg.trainer.num_threads == 0:
@@ -230,36 +230,38 @@ class Trainer:
             trust_remote_code=cfg.model.trust_remote_code,
             attn_implementation=self.attn_implementation,
         )
+        self.engine = None  # asynchronous training: only rank 0 has one (the engine processes)
         try:
-            if self.async_k > 0:
-                self.engine = RemoteEngine(
-                    EngineSpec(
-                        replace(cfg.rollout, sleep_level=0),  # the engine never sleeps: its device is its own
-                        load_path,
-                        device=ctx.device.type,
-                        cuda_visible_devices=engine_gpu,
-                        num_threads=self.engine_threads,
-                        **engine_kwargs,
-                    ),
-                    device=ctx.device,
+            if self.async_k > 0 and engine_here:
+                spec = EngineSpec(
+                    replace(cfg.rollout, sleep_level=0),  # the engine never sleeps: its device is its own
+                    load_path,
+                    device=ctx.device.type,
+                    num_threads=max(1, self.engine_threads // n_engines) if self.engine_threads else 0,
+                    **engine_kwargs,
                 )
+                self.engine = RemoteEngines(
+                    [replace(spec, cuda_visible_devices=g) for g in engine_gpus], device=ctx.device
+                )
+                procs = self.engine.engines
                 self.log(
-                    f"async: the rollout engine runs in its own process (pid {self.engine.proc.pid}"
+                    f"async: the rollout engine runs in {len(procs)} process(es) of its own (pid "
+                    + ", ".join(str(e.proc.pid) for e in procs)
                     + (
-                        f", torch threads: {self.engine.num_threads} there, {torch.get_num_threads()} here"
+                        f"; torch threads: {procs[0].num_threads} in each, {torch.get_num_threads()} here"
                         if ctx.device.type == "cpu"
-                        else f", GPU {self.engine.spec.cuda_visible_devices}"
+                        else f"; GPU {', '.join(str(g) for g in engine_gpus)}"
                     )
                     + f"); trained groups lag the policy by at most async_training.max_staleness={self.async_k}"
                 )
-            else:
+            elif self.async_k == 0:
                 self.engine = build_engine(cfg.rollout, load_path, self.tokenizer, ctx=ctx, **engine_kwargs)
         except ValueError as e:
             raise ConfigError(str(e)) from e
         # the engine holds bf16 weights under bf16 compute: push bf16 (half the all-gather traffic under FSDP2)
         self._push_dtype = torch.bfloat16 if bf16 else None
         self.actor.export_dtype = self._push_dtype  # checkpoints' model/ in what the engine samples with
-        check_names = getattr(self.engine, "check_weight_names", None)
+        check_names = getattr(self.engine, "check_weight_names", None)  # (None: no engine on this rank)
         if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:
                 check_names(self.actor.engine_weight_names())
@@ -287,8 +289,8 @@ class Trainer:
         if ckpt is not None:
             self._resume_from(ckpt)
             if lora:  # the engine holds the base model: give it the resumed adapters, merged
-                self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
-        if self.async_k > 0:
+                self._push_weights()
+        if self.async_k > 0 and self.engine is not None:
             self.producer = RolloutProducer(
                 self.engine,
                 self.scorer,
@@ -567,7 +569,7 @@ class Trainer:
             for ds in self.val_data:
                 out.update(self._validate_one(ds, params, verify))
             # the engine process holds the actor's weights now: check the transport
-            if self.producer is not None:
+            if self.async_k > 0:
                 out["rollout_corr/sync_logprob_gap"] = self.sync_logprob_gap()
         return out
 
@@ -587,7 +589,10 @@ class Trainer:
         from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
 
         n = self.cfg.rollout.val_kwargs.n
-        mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
+        if self.async_k > 0:  # rank 0's first engine process does all of it (the other ranks have none)
+            mine = range(len(ds)) if self.engine is not None else range(0)
+        else:
+            mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
         local = evaluate_dataset(
             self.engine,
             ds,
@@ -595,7 +600,7 @@ class Trainer:
             verify,
             only=mine,
             chunk_problems=max(len(ds), 1),
-            rank=self.ctx.rank,
+            rank=self.ctx.rank if self.async_k == 0 else 0,
         )
         records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
         m = dataset_metrics(records, n)
@@ -611,8 +616,8 @@ class Trainer:
         ctx = self.ctx
         t0 = time.perf_counter()
         scored_before = self.scorer.seconds
-        if self.producer is not None:  # asynchronous: the batch waits in the producer's queue
-            groups, stats = self.producer.next_batch(self.step_cfg.data.train_batch_size, self.step - 1)
+        if self.async_k > 0:  # asynchronous: the batch waits in rank 0's producer's queue
+            groups, stats = self._next_async_batch()
         else:
             groups, stats = collect_batch(
                 self.engine,
@@ -628,20 +633,20 @@ class Trainer:
             )
         t1 = time.perf_counter()
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
-        self.engine.sleep()
+        if self.engine is not None:
+            self.engine.sleep()
         upd = self.actor.update(batch)
         t2 = time.perf_counter()
-        if self.producer is not None:
-            # a copy for the producer to push between its rounds, while the next step goes on; an older copy not
-            # pushed yet goes first (never two at once)
-            self.producer.discard_pending()
-            weights = [(n, t.detach().clone()) for n, t in self.actor.engine_weights(self._push_dtype)]
-            self.producer.publish(weights, self.step)
+        if self.async_k > 0:
+            self._publish_weights()
             t3 = time.perf_counter()
-            stats["async/overlap_ratio"] = self.producer.busy_seconds(t1, t3) / max(t3 - t1, 1e-9)
+            busy = (
+                self.producer.busy_seconds(t1, t3) / max(t3 - t1, 1e-9) if self.producer is not None else 0.0
+            )
+            stats["async/overlap_ratio"] = all_reduce([busy], ctx, op="max")[0]  # rank 0's
             sync_gap = None
         else:
-            self.engine.update_weights(self.actor.engine_weights(self._push_dtype))
+            self._push_weights()
             t3 = time.perf_counter()
             sync_gap = self.sync_logprob_gap()
         tokens = all_reduce([float(batch.attention_mask.sum())], ctx)[0]
@@ -677,11 +682,68 @@ class Trainer:
             metrics.update(self.campo.metrics())
         return metrics
 
+    def _next_async_batch(self) -> tuple[list[PromptGroup], dict]:
+        """Asynchronous training: the step's groups and statistics from rank 0's producer (`next_batch`), on every
+        rank: rank 0 keeps its groups whole (`owner` 0), the others get them light (`light_group`) and
+        `make_train_batch` fetches the rows they train on. A collective.
+
+        Raises:
+            DynamicSamplingExhausted: on every rank alike; RuntimeError on the other ranks when rank 0's producer
+                failed (rank 0 raises the producer's own error).
+        """
+        error: BaseException | None = None
+        payload = None
+        if self.producer is not None:
+            try:
+                groups, stats = self.producer.next_batch(self.step_cfg.data.train_batch_size, self.step - 1)
+                groups = [replace(g, owner=0) for g in groups] if self.ctx.distributed else groups
+                payload = ("ok", [light_group(g) for g in groups] if self.ctx.distributed else None, stats)
+            except BaseException as e:
+                error = e
+                exhausted = isinstance(e, DynamicSamplingExhausted)
+                payload = (
+                    ("exhausted", None, str(e)) if exhausted else ("failed", None, f"{type(e).__name__}: {e}")
+                )
+        payload = broadcast_object(payload, self.ctx)
+        if error is not None:
+            raise error
+        kind, light, stats = payload
+        if kind == "exhausted":
+            raise DynamicSamplingExhausted(stats)
+        if kind == "failed":
+            raise RuntimeError(f"rank 0's rollout producer failed ({stats})")
+        return (groups if self.producer is not None else light), stats
+
+    def _push_weights(self) -> None:
+        """Give the engine the actor's weights now. A collective under FSDP2 (every parameter is gathered): a rank
+        without an engine (asynchronous training, rank > 0) takes part and drops them."""
+        weights = self.actor.engine_weights(self._push_dtype)
+        if self.engine is None:
+            for _ in weights:
+                pass
+        else:
+            self.engine.update_weights(weights)
+
+    def _publish_weights(self) -> None:
+        """Asynchronous training, after the update: a copy of the weights for rank 0's producer to push between its
+        rounds while the next step goes on (an older copy not pushed yet goes first: never two at once). On GPUs
+        the copy is staged in pinned host memory, so the trainer's GPU never holds the model twice; the push moves
+        one tensor at a time back for the broadcast. A collective (see `_push_weights`)."""
+        if self.producer is not None:
+            self.producer.discard_pending()
+        weights = []
+        for name, t in self.actor.engine_weights(self._push_dtype):
+            if self.producer is not None:
+                weights.append((name, _host_copy(t)))
+        if self.producer is not None:
+            self.producer.publish(weights, self.step)
+
     def sync_logprob_gap(self, max_tokens: int = 8) -> float:
         """After a weight push: the largest |engine - actor| log-prob over a few tokens the engine samples for the
-        first training prompt (cut to 64 tokens), the max over ranks (each rank probes its own engine). Near 0
-        (float32: ~1e-5; bfloat16: ~1e-2) when the engine holds the actor's weights; a push that left stale or
-        misplaced weights shows as a gap of order 1. Logged as `rollout_corr/sync_logprob_gap`. A collective."""
+        first training prompt (cut to 64 tokens), the max over ranks (each rank probes its own engine; asynchronous
+        training: over rank 0's engine processes, each probed). Near 0 (float32: ~1e-5; bfloat16: ~1e-2) when the
+        engine holds the actor's weights; a push that left stale or misplaced weights shows as a gap of order 1.
+        Logged as `rollout_corr/sync_logprob_gap`. A collective."""
         prompt = self.train_data.prompt_ids[0][:64] if len(self.train_data.prompt_ids) else []
         gap = 0.0
         if prompt:
@@ -691,15 +753,22 @@ class Trainer:
                 max_tokens=max_tokens,
                 seed=round_seed(self.cfg.trainer.seed, 0, 0, 0, Stream.PROBE),  # the same on every rank
             )
-            out = self.engine.generate([prompt], params)[0][0]
-            # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare
-            response = out.token_ids or [self.tokenizer.eos_token_id]
-            probe = TrainBatch.build(
-                [prompt], [response], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
-            )
-            actor = self.actor.compute_log_prob(probe)[0, : len(out.token_ids)]
-            if out.token_ids:
-                gap = float((actor - torch.tensor(out.logprobs, dtype=torch.float32)).abs().max())
+            samples = []
+            if self.engine is not None:
+                for e in getattr(self.engine, "engines", None) or [self.engine]:
+                    out = e.generate([prompt], params)[0][0]
+                    samples.append((out.token_ids, out.logprobs))
+            if self.async_k > 0:  # asynchronous: rank 0's engines' samples on every rank
+                samples = broadcast_object(samples, self.ctx)
+            for ids, logprobs in samples:
+                # every rank runs the actor's forward (a collective under FSDP2), even with nothing to compare
+                response = ids or [self.tokenizer.eos_token_id]
+                probe = TrainBatch.build(
+                    [prompt], [response], torch.zeros(1), torch.ones(1), self.tokenizer.pad_token_id
+                )
+                actor = self.actor.compute_log_prob(probe)[0, : len(ids)]
+                if ids:
+                    gap = max(gap, float((actor - torch.tensor(logprobs, dtype=torch.float32)).abs().max()))
         return all_reduce([gap], self.ctx, op="max")[0]
 
     def fit(self) -> list[dict]:
@@ -896,24 +965,36 @@ class Trainer:
             self.tracking.log(row, row["step"])
 
 
-def _engine_gpu(device: torch.device) -> str | None:
-    """`CUDA_VISIBLE_DEVICES` of the engine process: the first visible GPU that is not the trainer's (None on CPU).
+def _engine_gpus(device: torch.device, n: int) -> list[str | None]:
+    """`CUDA_VISIBLE_DEVICES` of each of the `n` engine processes (`rollout.n_gpus_per_node`): the visible GPUs after
+    the ones this machine's trainer ranks take (`cuda:<local rank>`, `LOCAL_WORLD_SIZE` of them); None each on CPU.
 
     Raises:
-        ConfigError: no second GPU is visible.
+        ConfigError: fewer than trainer ranks + `n` GPUs are visible.
     """
     if device.type != "cuda":
-        return None
+        return [None] * n
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
-    mine = device.index or 0
-    others = [g for i, g in enumerate(gpus) if i != mine]
-    if not others:
+    local = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), (device.index or 0) + 1)
+    if local + n > len(gpus):
         raise ConfigError(
-            "async_training.max_staleness >= 1 on GPUs puts the rollout engine on a GPU of its own, and only one is "
-            "visible; make two visible (CUDA_VISIBLE_DEVICES), or set async_training.max_staleness=0"
+            f"async_training.max_staleness >= 1 puts the {n} rollout engine(s) (rollout.n_gpus_per_node={n}) on GPUs "
+            f"of their own after this machine's {local} trainer rank(s), and {len(gpus)} GPU(s) are visible; lower "
+            "trainer.nproc_per_node or rollout.n_gpus_per_node, make more GPUs visible (CUDA_VISIBLE_DEVICES), or "
+            "set async_training.max_staleness=0"
         )
-    return others[0]
+    return gpus[local : local + n]
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` the actor will not change: on a GPU, in pinned host memory (a blocking copy); on CPU, a
+    clone."""
+    if t.device.type == "cpu":
+        return t.detach().clone()
+    out = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+    out.copy_(t.detach())
+    return out
 
 
 def resume_command(command: list[str] | None, external_launcher: bool) -> str:

@@ -196,13 +196,17 @@ def _share_groups(kept: list[PromptGroup], ctx: DistContext) -> list[PromptGroup
     each rank trains on). One process: `kept` itself."""
     if not ctx.distributed:
         return list(kept)
-    light = [
-        replace(g, rollouts=[replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts]) for g in kept
-    ]
+    light = [light_group(g) for g in kept]
     out = []
     for r, part in enumerate(all_gather_objects(light, ctx)):
         out.extend(replace(g, owner=r) for g in (kept if r == ctx.rank else part))
     return out
+
+
+def light_group(g: PromptGroup) -> PromptGroup:
+    """`g` for another rank's batch arithmetic: its rollouts without response tokens, log-probs and text (prompts
+    kept); `make_train_batch` fetches the rows a rank trains on from the group's `owner`."""
+    return replace(g, rollouts=[replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts])
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:

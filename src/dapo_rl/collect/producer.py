@@ -39,7 +39,7 @@ from dapo_rl.collect.loop import (
 )
 from dapo_rl.collect.prompt_policy import PromptPolicy
 from dapo_rl.collect.records import PromptGroup, Rollout
-from dapo_rl.collect.sampling import Scorer, sample_and_score
+from dapo_rl.collect.sampling import Scorer, sample_and_score, sample_groups
 from dapo_rl.data import EpochSampler, PromptDataset
 from dapo_rl.rollout.seeds import round_seed
 
@@ -126,10 +126,11 @@ def _rollout_from(state: list, dataset: PromptDataset) -> Rollout:
 
 
 class RolloutProducer:
-    """The producer thread of asynchronous DAPO (see the module's docstring). One trainer process (world size 1).
+    """The producer thread of asynchronous DAPO (see the module's docstring), in rank 0's process.
 
     Args:
-        engine: the engine process's `RemoteEngine` (any `generate` / `update_weights` engine works).
+        engine: the engine processes (`RemoteEngines`: each round is split between its `engines`, consecutive
+            shares, share j seeded as rank j) or any one `generate` / `update_weights` engine.
         scorer: scores and shapes the rollouts (its reward pool is used from this thread).
         sampler: the training prompts' epoch order (advanced by each round).
         dataset: the training prompts.
@@ -345,6 +346,31 @@ class RolloutProducer:
         c = self.step_cfg()
         return self.queue.fresh(self.learner_version) >= self.queue.max_staleness * c.data.train_batch_size
 
+    def _sample(self, c, indices: list[int]) -> tuple[list[list[Rollout]], float]:
+        """One round's groups, scored, and the seconds spent generating them. Several engine processes
+        (`RemoteEngines.engines`) sample consecutive shares of the round side by side, share j with the seed of
+        "rank" j (as the synchronous loop's ranks do); scoring follows, on this thread."""
+        engines = getattr(self.engine, "engines", None) or [self.engine]
+        # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
+        seeds = [round_seed(c.trainer.seed, 0, self.rounds_total, j) for j in range(len(engines))]
+        if len(engines) == 1:
+            return sample_and_score(
+                self.engine, self.scorer, self.dataset, indices, round_params(c, seeds[0]), overlap=False
+            )
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = [len(indices) * j // len(engines) for j in range(len(engines) + 1)]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="dapo-round") as pool:
+            parts = [
+                pool.submit(sample_groups, e, self.dataset, indices[a:b], round_params(c, seed))
+                for e, seed, a, b in zip(engines, seeds, bounds, bounds[1:])
+            ]
+            sampled = [g for f in parts for g in f.result()]
+        gen_s = time.perf_counter() - t0
+        self.scorer([x for g in sampled for x in g])
+        return sampled, gen_s
+
     def _run(self) -> None:
         try:
             while True:
@@ -381,15 +407,11 @@ class RolloutProducer:
             need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
         size = self.policy.round_size(need, c.data.gen_batch_size, 1)
         indices, passed = self.policy.draw(self.sampler, size)
-        # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
-        params = round_params(c, round_seed(c.trainer.seed, 0, self.rounds_total))
         version = self.engine_version
         scored_before = self.scorer.seconds
         with self._cv:
             self._gen_started = time.perf_counter()
-        sampled, gen_s = sample_and_score(
-            self.engine, self.scorer, self.dataset, indices, params, overlap=False
-        )
+        sampled, gen_s = self._sample(c, indices)
         with self._cv:  # (scoring ran after generation: the engine was busy for gen_s of it)
             self._busy.append((self._gen_started, self._gen_started + gen_s))
             self._gen_started = None

@@ -163,6 +163,16 @@ def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
     return out
 
 
+def broadcast_object(obj: Any, ctx: DistContext) -> Any:
+    """Rank 0's `obj` (picklable) on every rank, through `ctx.cpu_group` (other ranks pass anything, e.g. None);
+    `obj` in one process."""
+    if not ctx.distributed:
+        return obj
+    box = [obj if ctx.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0, group=ctx.cpu_group)
+    return box[0]
+
+
 def all_to_all_objects(objs: list[Any], ctx: DistContext) -> list[Any]:
     """Send `objs[r]` (picklable) to rank r and receive what every rank sent to this one, in rank order (an object
     all-to-all: each rank gets only its own share, unlike `all_gather_objects`). Through `ctx.cpu_group`; in one

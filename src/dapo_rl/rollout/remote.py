@@ -8,6 +8,9 @@ name, shape and dtype, then a broadcast carries its bytes. The group is built fr
 `TCPStore`, not through `init_process_group`, so it neither needs nor disturbs a default process group (vLLM's
 `StatelessProcessGroup` and prime-rl's NCCL weight broadcast work the same way).
 
+`RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each) side by side, each with its
+own pipe and weight group; a push goes to each in turn.
+
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind.
 """
@@ -28,6 +31,10 @@ from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
+
+_START_LOCK = threading.Lock()
+"""Held while a child starts with its own `CUDA_VISIBLE_DEVICES` in this process's environment (engines start side
+by side, from threads)."""
 
 
 @dataclass
@@ -203,13 +210,22 @@ class RemoteEngine:
         spec: how the child builds its engine.
         device: the trainer's device, where its side of the weight group sends from (a CUDA device: NCCL).
         start_timeout_s: seconds to wait for the child's engine to be built.
+        connect: wait for the child to join and build its engine now (False: the caller calls `connect`; several
+            engines then start side by side). The child is started here either way: from the thread that will
+            outlive it (the kernel's parent-death signal follows the starting thread, not the process).
 
     Raises:
         RuntimeError: the child failed to start (its traceback in the message) or died.
         ValueError: a refusal from the engine (`check_weight_names`).
     """
 
-    def __init__(self, spec: EngineSpec, device: torch.device | None = None, start_timeout_s: float = 1800.0):
+    def __init__(
+        self,
+        spec: EngineSpec,
+        device: torch.device | None = None,
+        start_timeout_s: float = 1800.0,
+        connect: bool = True,
+    ):
         import multiprocessing as mp
 
         import torch.distributed as dist
@@ -227,23 +243,34 @@ class RemoteEngine:
         )
         # the child's GPU mask is in its environment from its first instruction (spawn copies os.environ), before
         # anything it imports could initialise CUDA with the trainer's
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if spec.cuda_visible_devices is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
-        try:
-            self.proc.start()
-        finally:
+        with _START_LOCK:
+            saved = os.environ.get("CUDA_VISIBLE_DEVICES")
             if spec.cuda_visible_devices is not None:
-                if saved is None:
-                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
+                os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+            try:
+                self.proc.start()
+            finally:
+                if spec.cuda_visible_devices is not None:
+                    if saved is None:
+                        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                    else:
+                        os.environ["CUDA_VISIBLE_DEVICES"] = saved
         child.close()
         self.device = device if device is not None else torch.device("cpu")
+        self.num_threads = 0
+        """The engine process's torch threads (once connected)."""
+        if connect:
+            self.connect(start_timeout_s)
+
+    def connect(self, timeout_s: float = 1800.0) -> None:
+        """Wait for the child to join the weight group and build its engine (any thread may call it).
+
+        Raises:
+            RuntimeError, ValueError: the child failed (it is killed).
+        """
         try:
-            self._channel = self._join(start_timeout_s)
-            self.num_threads = self._answer(start_timeout_s)
-            """The engine process's torch threads."""
+            self._channel = self._join(timeout_s)
+            self.num_threads = self._answer(timeout_s)
         except BaseException:
             self.proc.kill()
             self.proc.join()
@@ -351,3 +378,59 @@ class RemoteEngine:
         if status != "ok":
             raise RuntimeError(f"the rollout engine process failed:\n{value}")
         return value
+
+
+class RemoteEngines:
+    """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started together; the rollout
+    producer splits each round between them (`engines`). The engine protocol on the group: `update_weights` pushes
+    to every engine, one after the other; `generate` samples on the first (validation and the weight-sync probe,
+    with the producer paused); `check_weight_names` asks every engine; `close` stops them all.
+
+    Args:
+        specs: one `EngineSpec` per engine process.
+        device: the trainer's device (see `RemoteEngine`).
+
+    Raises:
+        RuntimeError, ValueError: as `RemoteEngine`, for the first engine that failed (the others are stopped).
+    """
+
+    def __init__(self, specs: list[EngineSpec], device: torch.device | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        # started from this thread (see `RemoteEngine`'s `connect`); each waits for its engine to build (minutes for
+        # a big model on a GPU): they build side by side
+        self.engines: list[RemoteEngine] = [RemoteEngine(s, device, connect=False) for s in specs]
+        with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="dapo-engine-start") as pool:
+            futures = [pool.submit(e.connect) for e in self.engines]
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        if failed:
+            self.close()
+            raise failed[0]
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """`RolloutEngine.generate` on the first engine process."""
+        return self.engines[0].generate(prompts, params)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Push the same weights to every engine process, one after the other."""
+        tensors = list(named_tensors)
+        for e in self.engines:
+            e.update_weights(tensors)
+
+    def check_weight_names(self, names: Iterable[str]) -> None:
+        """Every engine's `check_weight_names`.
+
+        Raises:
+            ValueError: the first engine's refusal.
+        """
+        names = list(names)
+        for e in self.engines:
+            e.check_weight_names(names)
+
+    def sleep(self) -> None:
+        """Nothing to free (see `RemoteEngine.sleep`)."""
+
+    def close(self) -> None:
+        """Stop every engine process; idempotent."""
+        for e in self.engines:
+            e.close()
