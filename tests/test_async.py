@@ -219,11 +219,36 @@ def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model
     assert not proc.is_alive()
 
 
-def test_an_engine_process_that_fails_to_start_reports_its_error():
-    """A child that fails before joining the weight group (here: NCCL asked for on a CPU build of torch) is
-    reported with its traceback at once, not after the group's rendezvous timeout."""
-    from dapo_rl.config import RolloutConfig
-    from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+def test_an_engine_process_that_fails_to_start_reports_its_error(model_dir):
+    """A child that fails to build its engine (here: CUDA asked for on a CPU build of torch) is reported with its
+    traceback at once; with several engines, the first failure stops them all (no engine process left)."""
+    import multiprocessing
 
-    with pytest.raises(RuntimeError, match="ProcessGroupNCCL|CUDA|cuda"):
-        RemoteEngine(EngineSpec(RolloutConfig(name="hf"), "/nonexistent", 64, device="cuda"))
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.rollout.remote import EngineSpec, RemoteEngine, RemoteEngines
+
+    with pytest.raises(RuntimeError, match="CUDA|cuda"):
+        RemoteEngine(EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, device="cuda"))
+    with pytest.raises(ValueError, match="/nonexistent: no such directory"):  # a refusal stays a ValueError
+        RemoteEngine(EngineSpec(RolloutConfig(name="hf"), "/nonexistent", 64))
+    good = EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1)
+    bad = EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA|cuda"):
+        RemoteEngines([good, bad])
+    assert not [p for p in multiprocessing.active_children() if p.name == "dapo-engine"]
+
+
+def test_a_partial_batch_splits_evenly_over_the_trainer_ranks():
+    """`on_exhausted: partial` under asynchronous training on 2 ranks: of 3 queued groups of 3 responses, 2 train
+    (6 sequences split over 2 ranks; 9 would not)."""
+    from dapo_rl.collect import prompt_policy
+
+    cfg = load_config("tiny_chain_sum", ["rollout.n=3", "algorithm.filter_groups.on_exhausted=partial"])
+    policy = prompt_policy(cfg.algorithm.filter_groups)
+    notes = []
+    p = RolloutProducer(None, None, None, None, lambda: cfg, policy, 1, log=notes.append, world_size=2)
+    p.queue.groups.extend(_group(0, i) for i in range(3))
+    p._exhausted = True
+    batch, stats = p.next_batch(8, 0)
+    assert [g.key for g in batch] == [(1, 0), (1, 1)] and len(p.queue) == 1
+    assert stats["train/kept_groups"] == 2 and notes == ["dynamic sampling: 3/8 groups queued after 0 rounds"]

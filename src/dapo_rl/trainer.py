@@ -5,7 +5,9 @@ prompts -> rollout engine -> responses + log-probs + finish reason -> verifier (
 advantages -> actor update (token-level clipped loss) -> weight sync -> metrics, checkpoint
 
 SPMD: under a launcher every rank runs this same loop on its own share of the prompts (`dapo_rl.collect`); rank 0
-alone writes metrics, logs, the plot and the checkpoint index.
+alone writes metrics, logs, the plot and the checkpoint index. Asynchronous training (`async_training`) is the
+exception: rank 0 alone samples (its rollout producer and engine processes) and every rank trains on its rows of
+rank 0's batches.
 
 SIGTERM (a scheduler's preemption or time limit, `timeout`, torchrun forwarding it) stops the run at the next step
 boundary: the step in progress finishes (update, weight sync, metrics), the ranks agree on the stop through an
@@ -240,9 +242,7 @@ class Trainer:
                     num_threads=max(1, self.engine_threads // n_engines) if self.engine_threads else 0,
                     **engine_kwargs,
                 )
-                self.engine = RemoteEngines(
-                    [replace(spec, cuda_visible_devices=g) for g in engine_gpus], device=ctx.device
-                )
+                self.engine = RemoteEngines([replace(spec, cuda_visible_devices=g) for g in engine_gpus])
                 procs = self.engine.engines
                 self.log(
                     f"async: the rollout engine runs in {len(procs)} process(es) of its own (pid "
@@ -301,6 +301,7 @@ class Trainer:
                 self.async_k,
                 version=self.step,
                 log=self.log,
+                world_size=ctx.world_size,
             )
             if self._async_state is not None:
                 self.producer.load_state_dict(self._async_state)
@@ -543,7 +544,7 @@ class Trainer:
         note = (
             f" (written by {saved_world} rank(s), resumed on {self.ctx.world_size}: prompts are shared out and "
             "sampled differently, so later metrics differ from the original run's)"
-            if saved_world != self.ctx.world_size
+            if saved_world != self.ctx.world_size and self.async_k == 0  # async: rank 0 samples alone anyway
             else ""
         )
         self.log(f"resumed from {ckpt} at step {self.step}{note}")
@@ -551,7 +552,8 @@ class Trainer:
     # -------------------------------------------------------------------------------------------- validate
     def validate(self) -> dict:
         """Evaluate each validation set with `rollout.val_kwargs` through the same code as `dapo eval`
-        (`dapo_rl.evaluate`), each rank taking every `world_size`-th problem: `val/<name>/acc` and
+        (`dapo_rl.evaluate`), each rank taking every `world_size`-th problem (asynchronous training: rank 0's first
+        engine process takes them all): `val/<name>/acc` and
         `val/<name>/avg@<n>` (mean correctness over all samples), `val/<name>/pass@k` and `maj@k` when n > 1, and
         `val/<name>/response_length_mean`."""
         vk = self.cfg.rollout.val_kwargs
@@ -577,11 +579,19 @@ class Trainer:
     def _engine_current(self):
         """Inside: the engine holds the actor's latest weights and nothing else uses it (asynchronous training:
         the producer paused at a round boundary and the newest weights pushed)."""
-        if self.producer is None:
+        if self.async_k == 0:
             yield
             return
-        with self.producer.paused():
-            self.producer.push_pending()
+        with contextlib.ExitStack() as stack:
+            # rank 0 pauses its producer and pushes; a failure there (a dead engine) stops every rank alike
+            error = None
+            if self.producer is not None:
+                try:
+                    stack.enter_context(self.producer.paused())
+                    self.producer.push_pending()
+                except Exception as e:
+                    error = e
+            self._rank0_status(error)
             yield
 
     def _validate_one(self, ds, params: SamplingParams, verify: Scorer) -> dict:
@@ -602,7 +612,9 @@ class Trainer:
             chunk_problems=max(len(ds), 1),
             rank=self.ctx.rank if self.async_k == 0 else 0,
         )
-        records = [r for part in all_gather_objects([r.light() for r in local], self.ctx) for r in part]
+        # asynchronous: the other ranks wait here while rank 0's engine samples the whole set
+        light = [r.light() for r in local]
+        records = [r for part in all_gather_objects(light, self.ctx, slow=self.async_k > 0) for r in part]
         m = dataset_metrics(records, n)
         out = {f"val/{ds.name}/acc": m[f"avg@{n}"]}
         keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if n > 1 else [f"avg@{n}"]
@@ -668,7 +680,7 @@ class Trainer:
         if sync_gap is not None:
             metrics["rollout_corr/sync_logprob_gap"] = sync_gap
         # overlaps time/generate_s with reward.overlap; the producer reports its rounds' scoring time itself
-        if self.producer is None:
+        if self.async_k == 0:
             metrics["time/score_s"] = self.scorer.seconds - scored_before
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
@@ -704,7 +716,7 @@ class Trainer:
                 payload = (
                     ("exhausted", None, str(e)) if exhausted else ("failed", None, f"{type(e).__name__}: {e}")
                 )
-        payload = broadcast_object(payload, self.ctx)
+        payload = broadcast_object(payload, self.ctx, slow=True)  # the others wait for rank 0's batch
         if error is not None:
             raise error
         kind, light, stats = payload
@@ -713,6 +725,17 @@ class Trainer:
         if kind == "failed":
             raise RuntimeError(f"rank 0's rollout producer failed ({stats})")
         return (groups if self.producer is not None else light), stats
+
+    def _rank0_status(self, error: BaseException | None) -> None:
+        """Asynchronous training: rank 0's producer or engine `error` (None: none) on every rank: rank 0 raises it,
+        the others a RuntimeError naming it. A collective (on the slow group: the others may wait for rank 0)."""
+        status = broadcast_object(
+            None if error is None else f"{type(error).__name__}: {error}", self.ctx, slow=True
+        )
+        if error is not None:
+            raise error
+        if status is not None:
+            raise RuntimeError(f"rank 0's rollout producer failed ({status})")
 
     def _push_weights(self) -> None:
         """Give the engine the actor's weights now. A collective under FSDP2 (every parameter is gathered): a rank
@@ -918,6 +941,10 @@ class Trainer:
             }
             if self.producer is not None:
                 state["async"] = self.producer.state_dict()
+        if (
+            self.async_k > 0
+        ):  # the other ranks wait here, not in a short-timeout collective, while rank 0 pauses
+            barrier(self.ctx, checkpoint=True)
         try:
             return save_checkpoint(
                 self.out,
@@ -934,8 +961,10 @@ class Trainer:
                 f"step {self.step}: refusing to checkpoint {e}; the previous checkpoint is kept"
             ) from e
         finally:
-            if self.producer is not None:  # the checkpoint is written; now the producer's failure, if any
-                self.producer.raise_error()
+            if (
+                self.async_k > 0
+            ):  # the checkpoint is written; now the producer's failure, if any, on every rank
+                self._rank0_status(self.producer.error if self.producer is not None else None)
 
     @staticmethod
     def _format(row: dict) -> str:
@@ -976,6 +1005,16 @@ def _engine_gpus(device: torch.device, n: int) -> list[str | None]:
         return [None] * n
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    if (
+        "LOCAL_WORLD_SIZE" not in os.environ
+        and "WORLD_SIZE" in os.environ
+        and os.environ["WORLD_SIZE"] != "1"
+    ):
+        raise ConfigError(
+            "async_training.max_staleness >= 1 puts the rollout engines on the GPUs after this machine's trainer "
+            "ranks, and the launcher did not say how many those are (LOCAL_WORLD_SIZE is unset); launch with "
+            "torchrun or `dapo train trainer.nproc_per_node=N`, or set LOCAL_WORLD_SIZE"
+        )
     local = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), (device.index or 0) + 1)
     if local + n > len(gpus):
         raise ConfigError(
@@ -988,13 +1027,10 @@ def _engine_gpus(device: torch.device, n: int) -> list[str | None]:
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy of `t` the actor will not change: on a GPU, in pinned host memory (a blocking copy); on CPU, a
-    clone."""
-    if t.device.type == "cpu":
-        return t.detach().clone()
-    out = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
-    out.copy_(t.detach())
-    return out
+    """A copy of `t` in host memory that the actor will not change (a clone on CPU; a blocking copy from a GPU).
+    Pageable, not pinned: torch's pinned allocator rounds each block up to a power of two and keeps it cached
+    (1.9x the model's size on Qwen2.5-7B's shapes), and the push reads host memory anyway."""
+    return t.detach().to("cpu", copy=True)
 
 
 def resume_command(command: list[str] | None, external_launcher: bool) -> str:

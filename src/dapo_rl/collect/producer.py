@@ -139,6 +139,7 @@ class RolloutProducer:
         max_staleness: K >= 1.
         version: the policy version the engine holds at start (the resumed step, or 0).
         log: where notes go.
+        world_size: the trainer's ranks (a partial batch's sequences must split evenly over them).
 
     The sampler, the policy and the queue belong to this thread while it runs: read or change them only inside
     `paused()`.
@@ -155,9 +156,11 @@ class RolloutProducer:
         max_staleness: int,
         version: int = 0,
         log: Callable[[str], None] = print,
+        world_size: int = 1,
     ):
         self.engine, self.scorer, self.sampler, self.dataset = engine, scorer, sampler, dataset
         self.step_cfg, self.policy, self.log = step_cfg, policy, log
+        self.world_size = world_size
         self.queue = GroupQueue(max_staleness)
         self.engine_version = version
         self.learner_version = version
@@ -261,7 +264,7 @@ class RolloutProducer:
             self.raise_error()
             fresh = self.queue.fresh(policy_version)
             if fresh < want:  # exhausted
-                usable = _usable_partial(fresh, n, 1)
+                usable = _usable_partial(fresh, n, self.world_size)
                 if fg.on_exhausted != "partial" or not usable:
                     raise DynamicSamplingExhausted(
                         f"dynamic sampling completed no batch of {want} groups in {self._rounds_since_batch} "
@@ -335,6 +338,11 @@ class RolloutProducer:
         self._report = _Report(**state.get("report", {}))
 
     # ----------------------------------------------------------------------------------------- producer's side
+    @property
+    def error(self) -> BaseException | None:
+        """What the producer's thread raised, if anything (it stopped then)."""
+        return self._error
+
     def raise_error(self) -> None:
         """Raise what the producer's thread raised, if anything."""
         if self._error is not None:

@@ -32,7 +32,8 @@ class DistContext:
         cpu_group: a gloo process group over all ranks for object collectives and barriers (pickles travel
             through host memory, not through GPU buffers next to vLLM's); None: the default group.
         checkpoint_group: a gloo group whose timeout (`CHECKPOINT_TIMEOUT_S`) outlasts rank 0's Hugging Face
-            export, for `barrier(ctx, checkpoint=True)`; None: `cpu_group`.
+            export, for `barrier(ctx, checkpoint=True)`, and rank 0 waiting for its rollout producer in asynchronous
+            training (the `slow` object collectives); None: `cpu_group`.
     """
 
     rank: int = 0
@@ -95,7 +96,8 @@ def launched_world_size() -> int:
 
 CHECKPOINT_TIMEOUT_S = 4 * 3600.0
 """Timeout of `DistContext.checkpoint_group`: a barrier there waits for rank 0 writing a checkpoint's Hugging Face
-export (61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open."""
+export (61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open; and, in asynchronous training,
+rank 0 waiting for its rollout producer's batch or its engines' validation while the other ranks wait for it."""
 
 
 def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistContext:
@@ -154,23 +156,29 @@ def all_reduce(values: list[float], ctx: DistContext, op: str = "sum") -> list[f
     return t.tolist()
 
 
-def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
-    """Every rank's `obj` (picklable), in rank order, through `ctx.cpu_group`; `[obj]` in one process."""
+def all_gather_objects(obj: Any, ctx: DistContext, slow: bool = False) -> list[Any]:
+    """Every rank's `obj` (picklable), in rank order, through `ctx.cpu_group` (`slow`: `ctx.checkpoint_group`, for
+    ranks that may wait longer than the default timeout for rank 0); `[obj]` in one process."""
     if not ctx.distributed:
         return [obj]
     out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, obj, group=ctx.cpu_group)
+    dist.all_gather_object(out, obj, group=_object_group(ctx, slow))
     return out
 
 
-def broadcast_object(obj: Any, ctx: DistContext) -> Any:
-    """Rank 0's `obj` (picklable) on every rank, through `ctx.cpu_group` (other ranks pass anything, e.g. None);
-    `obj` in one process."""
+def broadcast_object(obj: Any, ctx: DistContext, slow: bool = False) -> Any:
+    """Rank 0's `obj` (picklable) on every rank, through `ctx.cpu_group` (`slow`: `ctx.checkpoint_group`, whose
+    timeout outlasts rank 0 waiting for its rollout producer in asynchronous training); other ranks pass anything,
+    e.g. None. `obj` in one process."""
     if not ctx.distributed:
         return obj
     box = [obj if ctx.rank == 0 else None]
-    dist.broadcast_object_list(box, src=0, group=ctx.cpu_group)
+    dist.broadcast_object_list(box, src=0, group=_object_group(ctx, slow))
     return box[0]
+
+
+def _object_group(ctx: DistContext, slow: bool):
+    return (ctx.checkpoint_group or ctx.cpu_group) if slow else ctx.cpu_group
 
 
 def all_to_all_objects(objs: list[Any], ctx: DistContext) -> list[Any]:

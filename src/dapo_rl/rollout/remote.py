@@ -2,14 +2,19 @@
 
 The trainer's process holds a `RemoteEngine`; a spawned child process holds the real engine (`hf` or `vllm`, built by
 `build_engine` exactly as in the synchronous loop) and serves one request at a time over a pipe: sample a round,
-take new weights, check weight names, close. Weights travel through a two-process torch.distributed group of their
-own (trainer rank 0, engine rank 1; gloo on CPU, NCCL on GPUs), one tensor at a time: the pipe carries each tensor's
-name, shape and dtype, then a broadcast carries its bytes. The group is built from the backend classes on a private
-`TCPStore`, not through `init_process_group`, so it neither needs nor disturbs a default process group (vLLM's
-`StatelessProcessGroup` and prime-rl's NCCL weight broadcast work the same way).
+take new weights, check weight names, close. Weights travel through a two-process torch.distributed gloo group of
+their own (trainer rank 0, engine rank 1), one tensor at a time from host memory: the pipe carries each tensor's
+name, shape and dtype, then a broadcast carries its bytes, and the engine moves it to its device. The group is built
+from the backend class on a private `TCPStore`, not through `init_process_group`, so it neither needs nor disturbs a
+default process group (vLLM's `StatelessProcessGroup` works the same way).
 
-`RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each) side by side, each with its
-own pipe and weight group; a push goes to each in turn.
+Why gloo on GPUs too: the push runs on the producer's thread while the trainer's thread drives FSDP2's NCCL
+collectives on the same GPU, and NCCL does not allow operations on two communicators of one device from two threads
+at once (NCCL user guide, "Thread safety"); the trainer's copy of the weights is in host memory anyway. Measured on
+this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s per engine, overlapped with training).
+
+`RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
+weight group; a push goes to each in turn.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind.
@@ -67,33 +72,26 @@ class EngineSpec:
 
 
 class WeightChannel:
-    """One side of the two-process weight group: rank 0 (the trainer) broadcasts, rank 1 (the engine) receives.
+    """One side of the two-process gloo weight group: rank 0 (the trainer) broadcasts, rank 1 (the engine) receives
+    (host tensors; see the module's docstring for why not NCCL).
 
     Args:
         store: the `TCPStore` both processes reach (the trainer's is the server).
         rank: 0 for the trainer, 1 for the engine.
-        device: where this side's tensors live (`cpu`: gloo; `cuda:i`: NCCL on that device).
 
     Raises:
         RuntimeError: the other process did not join within `TRANSPORT_TIMEOUT`.
     """
 
-    def __init__(self, store, rank: int, device: torch.device):
+    def __init__(self, store, rank: int):
         import torch.distributed as dist
 
-        self.device = device
-        if device.type == "cuda":  # as torch.distributed._dist2's NCCL factory builds one (torch 2.13)
-            opts = dist.ProcessGroupNCCL.Options()
-            opts._timeout = TRANSPORT_TIMEOUT
-            self.group = dist.ProcessGroupNCCL(store, rank, 2, opts)
-            self.group.eager_connect_single_device(device)
-        else:
-            self.group = dist.ProcessGroupGloo(store, rank, 2, TRANSPORT_TIMEOUT)
+        self.group = dist.ProcessGroupGloo(store, rank, 2, TRANSPORT_TIMEOUT)
         self._opts = dist.BroadcastOptions()
         self._opts.rootRank = 0
 
     def broadcast(self, tensor: torch.Tensor) -> None:
-        """Send (rank 0) or fill (rank 1) `tensor`, contiguous, on this side's device; returns when it is done."""
+        """Send (rank 0) or fill (rank 1) `tensor`, a contiguous CPU tensor; returns when it is done."""
         self.group.broadcast([tensor], self._opts).wait()
 
 
@@ -130,7 +128,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
     engine = None
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TRANSPORT_TIMEOUT)
-        channel = WeightChannel(store, 1, device)
+        channel = WeightChannel(store, 1)
         from dapo_rl.actor import load_tokenizer
         from dapo_rl.distributed import DistContext
         from dapo_rl.rollout import build_engine
@@ -189,16 +187,16 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
 
 
 def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
-    """The engine side of a push: for each `(name, shape, dtype)` the pipe announces, a tensor the broadcast fills;
-    ends at the trainer's `end`."""
+    """The engine side of a push: for each `(name, shape, dtype)` the pipe announces, a host tensor the broadcast
+    fills, on `device`; ends at the trainer's `end`."""
     while True:
         msg = conn.recv()
         if msg[0] == "end":
             return
         _, name, shape, dtype = msg
-        t = torch.empty(shape, dtype=dtype, device=device)
+        t = torch.empty(shape, dtype=dtype)
         channel.broadcast(t)
-        yield name, t
+        yield name, t.to(device)
 
 
 class RemoteEngine:
@@ -208,7 +206,6 @@ class RemoteEngine:
 
     Args:
         spec: how the child builds its engine.
-        device: the trainer's device, where its side of the weight group sends from (a CUDA device: NCCL).
         start_timeout_s: seconds to wait for the child's engine to be built.
         connect: wait for the child to join and build its engine now (False: the caller calls `connect`; several
             engines then start side by side). The child is started here either way: from the thread that will
@@ -222,7 +219,6 @@ class RemoteEngine:
     def __init__(
         self,
         spec: EngineSpec,
-        device: torch.device | None = None,
         start_timeout_s: float = 1800.0,
         connect: bool = True,
     ):
@@ -256,7 +252,6 @@ class RemoteEngine:
                     else:
                         os.environ["CUDA_VISIBLE_DEVICES"] = saved
         child.close()
-        self.device = device if device is not None else torch.device("cpu")
         self.num_threads = 0
         """The engine process's torch threads (once connected)."""
         if connect:
@@ -272,8 +267,10 @@ class RemoteEngine:
             self._channel = self._join(timeout_s)
             self.num_threads = self._answer(timeout_s)
         except BaseException:
-            self.proc.kill()
-            self.proc.join()
+            proc = self.proc
+            if proc is not None:
+                proc.kill()
+                proc.join()
             raise
 
     # ------------------------------------------------------------------------------------------------- protocol
@@ -284,14 +281,14 @@ class RemoteEngine:
             return self._answer()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Send new weights (Hugging Face names), one tensor at a time through the weight group; returns once the
-        engine has loaded them (and reset its prefix cache)."""
+        """Send new weights (Hugging Face names), one tensor at a time through the weight group (a tensor on a GPU
+        is copied to host memory first); returns once the engine has loaded them (and reset its prefix cache)."""
         with self._lock:
             self._conn.send(("update",))
             for name, t in named_tensors:
                 if not self.proc.is_alive():  # never wait on a broadcast nobody will receive
                     self._answer(0.0)
-                t = t.detach().to(self.device).contiguous()
+                t = t.detach().cpu().contiguous()
                 self._conn.send(("tensor", name, tuple(t.shape), t.dtype))
                 self._channel.broadcast(t)
             self._conn.send(("end",))
@@ -338,7 +335,7 @@ class RemoteEngine:
 
         def build():
             try:
-                box["channel"] = WeightChannel(self._store, 0, self.device)
+                box["channel"] = WeightChannel(self._store, 0)
             except BaseException as e:
                 box["error"] = e
 
@@ -381,39 +378,51 @@ class RemoteEngine:
 
 
 class RemoteEngines:
-    """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started together; the rollout
-    producer splits each round between them (`engines`). The engine protocol on the group: `update_weights` pushes
-    to every engine, one after the other; `generate` samples on the first (validation and the weight-sync probe,
-    with the producer paused); `check_weight_names` asks every engine; `close` stops them all.
+    """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started one after another from
+    this thread and built side by side; the rollout producer splits each round between them (`engines`). The engine
+    protocol on the group: `update_weights` pushes to every engine, one after the other; `generate` samples on the
+    first (validation and the weight-sync probe, with the producer paused); `check_weight_names` asks every engine;
+    `close` stops them all.
 
     Args:
         specs: one `EngineSpec` per engine process.
-        device: the trainer's device (see `RemoteEngine`).
 
     Raises:
-        RuntimeError, ValueError: as `RemoteEngine`, for the first engine that failed (the others are stopped).
+        RuntimeError, ValueError: as `RemoteEngine`, for the first engine that failed (all are stopped).
     """
 
-    def __init__(self, specs: list[EngineSpec], device: torch.device | None = None):
-        from concurrent.futures import ThreadPoolExecutor
+    def __init__(self, specs: list[EngineSpec]):
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        # started from this thread (see `RemoteEngine`'s `connect`); each waits for its engine to build (minutes for
-        # a big model on a GPU): they build side by side
-        self.engines: list[RemoteEngine] = [RemoteEngine(s, device, connect=False) for s in specs]
-        with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="dapo-engine-start") as pool:
+        self.engines: list[RemoteEngine] = []
+        try:
+            # started from this thread (see `RemoteEngine`'s `connect`); each waits for its engine to build
+            # (minutes for a big model on a GPU): they build side by side, and the first failure stops them all
+            for s in specs:
+                self.engines.append(RemoteEngine(s, connect=False))
+            pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="dapo-engine-start")
             futures = [pool.submit(e.connect) for e in self.engines]
-        failed = [f.exception() for f in futures if f.exception() is not None]
-        if failed:
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
+            if failed:
+                raise failed[0]
+            pool.shutdown(wait=True)
+            for f in futures:
+                f.result()
+        except BaseException:
+            for e in self.engines:
+                if e.proc is not None:
+                    e.proc.kill()
             self.close()
-            raise failed[0]
+            raise
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """`RolloutEngine.generate` on the first engine process."""
         return self.engines[0].generate(prompts, params)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Push the same weights to every engine process, one after the other."""
-        tensors = list(named_tensors)
+        """Push the same weights to every engine process, one after the other (staged in host memory, one copy)."""
+        tensors = [(n, t.detach().cpu()) for n, t in named_tensors]
         for e in self.engines:
             e.update_weights(tensors)
 
