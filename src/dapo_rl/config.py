@@ -604,7 +604,7 @@ class SFTConfig:
 class AsyncTrainingConfig:
     """Asynchronous DAPO: rollouts that run ahead of training with bounded staleness (verl's `async_training`
     section; `dapo_rl.collect.producer`). The engine runs in its own process and takes the new weights after each
-    update through a torch.distributed group (gloo on CPU, NCCL on GPUs) while the trainer updates."""
+    update through a torch.distributed gloo group while the trainer updates."""
 
     max_staleness: int = 0
     """K: the most policy versions a trained group may lag behind the policy being updated (each step is one
@@ -615,7 +615,7 @@ class AsyncTrainingConfig:
     `algorithm.rollout_correction`, its IS weights / rejection against the recomputed pi_old). Kept groups beyond a
     batch stay queued (`carry_surplus` is built in). Rank 0 runs the engine processes (`rollout.n_gpus_per_node`,
     each on a GPU of its own) and the producer; every rank trains (FSDP2) and takes its rows of each batch from rank
-    0. Costs one copy of the weights in rank 0's memory (pinned host memory on GPUs) between an update and its push.
+    0. Costs up to two copies of the weights in rank 0's host memory (the one being pushed and the newest).
     docs/async.md."""
     rollout_num_threads: int = 0
     """CPU only, K >= 1: torch threads of the engine processes together (each takes its share, at least 1); 0: half

@@ -749,9 +749,9 @@ class Trainer:
 
     def _publish_weights(self) -> None:
         """Asynchronous training, after the update: a copy of the weights for rank 0's producer to push between its
-        rounds while the next step goes on (an older copy not pushed yet goes first: never two at once). On GPUs
-        the copy is staged in pinned host memory, so the trainer's GPU never holds the model twice; the push moves
-        one tensor at a time back for the broadcast. A collective (see `_push_weights`)."""
+        rounds while the next step goes on. An older copy not taken by the producer yet is dropped first; one being
+        pushed stays until its push ends (at most two copies). The copy is in host memory (`_host_copy`), so the
+        trainer's GPU never holds the model twice. A collective (see `_push_weights`)."""
         if self.producer is not None:
             self.producer.discard_pending()
         weights = []
