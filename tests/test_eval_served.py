@@ -58,6 +58,7 @@ def server(base_model, tmp_path_factory):
             str(tmp / "chat.jinja"),
             "--seed",
             "0",
+            "--enforce-eager",  # as the in-process engine on CPU; no torch.compile: starts ~20 s sooner here
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
