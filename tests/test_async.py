@@ -74,6 +74,16 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
         (["async_training.max_staleness=-1"], "must be >= 0"),
         (["rollout.n_gpus_per_node=2"], "only asynchronous training"),
         (["async_training.max_staleness=1", "rollout.n_gpus_per_node=0"], "must be >= 1"),
+        (
+            [
+                "async_training.max_staleness=1",
+                "rollout.n_gpus_per_node=3",
+                "data.gen_batch_size=2",
+                "data.train_batch_size=2",
+                "actor.ppo_mini_batch_size=2",
+            ],
+            "at least one engine would never sample",
+        ),
         (["async_training.max_staleness=1", "trainer.launcher=ray"], "Ray launcher"),
         (["async_training.max_staleness=1", "reward.num_workers=0"], "reward.num_workers >= 1"),
         (["async_training.max_staleness=1"], "CAMPO runs with the synchronous"),

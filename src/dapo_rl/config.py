@@ -1043,6 +1043,11 @@ def validate_config(cfg: Config) -> None:
             "asynchronous training does (async_training.max_staleness >= 1); the synchronous loop shares every "
             "rank's GPU between the actor and its engine"
         )
+    if r.n_gpus_per_node > d.gen_batch_size:
+        raise ConfigError(
+            f"rollout.n_gpus_per_node={r.n_gpus_per_node} engines share each round of at most "
+            f"data.gen_batch_size={d.gen_batch_size} prompts: at least one engine would never sample"
+        )
     if at.max_staleness > 0:
         if cfg.trainer.launcher == "ray":
             raise ConfigError(

@@ -373,6 +373,7 @@ class RolloutProducer:
             parts = [
                 pool.submit(sample_groups, e, self.dataset, indices[a:b], round_params(c, seed))
                 for e, seed, a, b in zip(engines, seeds, bounds, bounds[1:])
+                if b > a  # a round smaller than the engines (adaptive rounds): the idle ones skip it
             ]
             sampled = [g for f in parts for g in f.result()]
         gen_s = time.perf_counter() - t0
