@@ -48,6 +48,7 @@ def closing_summary(
     wall_seconds: float,
     steps: int,
     warmup_seconds: float = 0.0,
+    resumed_at: int = 0,
 ) -> str:
     """The lines `dapo train` prints at the end of a run (rank 0).
 
@@ -59,6 +60,8 @@ def closing_summary(
         wall_seconds: seconds since `dapo train` started, warm-up included.
         steps: the step the run ended at.
         warmup_seconds: seconds spent building the embedded base model in this run (0: cached or not used).
+        resumed_at: the checkpoint's step this run resumed from (0: a new run); the head line then counts only the
+            steps this run took.
 
     Returns:
         A few lines of text, e.g.::
@@ -69,7 +72,15 @@ def closing_summary(
               checkpoint runs/tiny_chain_steps/checkpoints/global_step_200 (model/ loads with from_pretrained)
               figure     runs/tiny_chain_steps/training_dynamics.png
     """
-    head = f"dapo train: done, {steps} steps in {_fmt_minutes(wall_seconds)}"
+    if resumed_at > 0 and steps <= resumed_at:
+        head = f"dapo train: done, no step left after step {resumed_at} (resumed) in {_fmt_minutes(wall_seconds)}"
+    elif resumed_at > 0:
+        head = (
+            f"dapo train: done, steps {resumed_at + 1}-{steps} (resumed from step {resumed_at}) in "
+            f"{_fmt_minutes(wall_seconds)}"
+        )
+    else:
+        head = f"dapo train: done, {steps} steps in {_fmt_minutes(wall_seconds)}"
     if warmup_seconds > 0:
         head += f" (the warm-up {_fmt_minutes(warmup_seconds)} of it)"
     lines = [head]

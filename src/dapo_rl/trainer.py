@@ -1071,6 +1071,7 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
         trainer = Trainer(cfg, resume=resume, log=log, ctx=ctx)
         if ctx.is_main:
             print(f"dapo train: run directory {trainer.out}", flush=True)
+        first_step = trainer.step  # > 0 after --resume
         trainer.fit()
         if ctx.is_main:
             warmup = trainer.warmup_seconds
@@ -1082,6 +1083,7 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
                 time.perf_counter() - start,
                 trainer.step,
                 warmup if warmup >= 1.0 else 0.0,
+                resumed_at=first_step,
             )
             print(summary, flush=True)
         return 0
