@@ -118,6 +118,33 @@ def test_a_list_setting_given_without_brackets_says_how_to_write_it():
     assert "\n" not in str(e.value)
 
 
+def test_a_single_setting_given_a_list_says_it_takes_one_value():
+    with pytest.raises(
+        ConfigError, match=r"rollout.n: Value '\[8\]' is a list; this setting takes one value"
+    ):
+        load_config(None, ["rollout.n=[8]"])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["async_training=1"],
+            r"async_training is a section of settings, not a setting: .*async_training.max_st",
+        ),
+        (["trainer={}"], "trainer is a section of settings"),
+        (["trainer.output_dir=x", "trainer=1"], "trainer is a section of settings"),
+        (
+            ["trainer=1", "trainer.output_dir=x"],
+            r"trainer is given a value and also keys below it \(trainer.outp",
+        ),
+    ],
+)
+def test_a_section_given_a_value_is_refused_with_its_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
 def test_a_misspelt_recipe_name_suggests_the_close_one():
     with pytest.raises(ConfigError) as e:
         load_config("dapo_qwen2.5_32bb", [])

@@ -696,10 +696,26 @@ def _check_keys(node: Any, cls: type, prefix: str, source: str) -> None:
         f = names[k]
         default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
         if is_dataclass(default):
+            if v is _VALUE:  # `async_training=1` on the command line
+                first = fields(type(default))[0].name
+                raise ConfigError(
+                    f"{key} is a section of settings, not a setting: set its keys ({key}.{first}=...); "
+                    f"`dapo config --grep {key}.` lists them"
+                )
             _check_keys(v, type(default), key + ".", source)
 
 
+_VALUE = object()
+"""A key given a value by a command-line override (in `_parse_overrides`' tree)."""
+
+
 def _parse_overrides(overrides: list[str]) -> dict:
+    """The keys of dotted `key=value` overrides as a tree (`{"actor": {"lr": _VALUE}}`), for `_check_keys`.
+
+    Raises:
+        ConfigError: an override without `=`, or a key given a value and also keys below it (`trainer=1
+            trainer.output_dir=x`).
+    """
     nested: dict = {}
     for item in overrides:
         if "=" not in item:
@@ -709,9 +725,14 @@ def _parse_overrides(overrides: list[str]) -> dict:
         key, _, _ = item.partition("=")
         cur = nested
         parts = key.strip().split(".")
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             cur = cur.setdefault(p, {})
-        cur[parts[-1]] = None
+            if cur is _VALUE:
+                section = ".".join(parts[: i + 1])
+                raise ConfigError(
+                    f"{section} is given a value and also keys below it ({item}): set only its keys"
+                )
+        cur[parts[-1]] = _VALUE
     return nested
 
 
@@ -758,7 +779,9 @@ def load_config(recipe: str | os.PathLike | None = None, overrides: list[str] | 
         msg = (
             str(getattr(e, "msg", e)).strip().splitlines()[0]
         )  # OmegaConf appends internals on further lines
-        if "ListConfig" in msg:
+        if "of type 'ListConfig' could not be converted" in msg:  # a list where one value belongs
+            msg = msg.split(" of type")[0] + " is a list; this setting takes one value (no brackets)"
+        elif "ListConfig" in msg:
             msg = "expected a list, written in brackets: key=[a,b] (or key=[a] for one item)"
         raise ConfigError(f"invalid value for {key}: {msg}" if key else msg) from e
     validate_config(cfg)
