@@ -54,9 +54,16 @@ def test_sigkill_mid_rollout_mid_update_mid_checkpoint_then_resume_gives_the_sam
     assert sorted(p.name for p in ckpts.glob("global_step_*")) == ["global_step_2"]
     assert [x["step"] for x in rows_of(run)] == [0, 1, 2, 3, 4]
 
-    # 4. resumed to the end: every step after the checkpoint matches the uninterrupted run
-    r = dapo(*args, "--resume")
+    # 4. resumed to the end with the run directory alone (no recipe: the run's saved config.yaml): every step after
+    # the checkpoint matches the uninterrupted run
+    r = subprocess.run(  # not `dapo(...)`, which names the tests' recipe when a command names none
+        [sys.executable, "-m", "dapo_rl.cli", "train", f"trainer.output_dir={run}", "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
+    assert f"the run's saved settings ({run / 'config.yaml'})" in r.stderr
     assert "at step 2" in r.stdout + r.stderr
     assert_same_metrics(rows_of(run), want)
     # max_ckpt_to_keep=2; the last step is saved; no temporary directory is left

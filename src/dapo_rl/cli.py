@@ -267,6 +267,32 @@ def _split_recipe(args) -> tuple[str | None, list[str]]:
     return args.recipe, list(args.overrides)
 
 
+def _resume_recipe(recipe: str | None, overrides: list[str]) -> str | None:
+    """`dapo train --resume trainer.output_dir=runs/x` names no recipe: the run's own saved settings
+    (`runs/x/config.yaml`, written at its start) are the recipe, with `overrides` on top, so a resume needs only the
+    run directory. A named recipe, or a directory with no saved settings, is left as it is.
+
+    Returns:
+        The recipe to load: `recipe` itself, or the saved `config.yaml`'s path.
+    """
+    from dapo_rl.config import load_config
+
+    if recipe is not None:
+        return recipe
+    outs = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.output_dir=")]
+    out = outs[-1] if outs else load_config(None, []).trainer.output_dir
+    saved = Path(out) / "config.yaml"
+    if not saved.is_file():
+        return None
+    if os.environ.get("RANK", "0") == "0":  # a launched job's ranks each read it; one says so
+        print(
+            f"dapo train: --resume with no recipe: the run's saved settings ({saved})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return str(saved)
+
+
 def _flags_last(argv: list[str]) -> list[str]:
     """`dapo train a=1 --resume b=2` -> `dapo train a=1 b=2 --resume` (and `dapo config a=1 --grep X b=2` ->
     `dapo config a=1 b=2 --grep X`): overrides may stand on both sides of the flag (argparse alone would take only
@@ -349,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             return _export(args)
         recipe, overrides = _split_recipe(args)
+        if args.command == "train" and args.resume:
+            recipe = _resume_recipe(recipe, overrides)
         cfg = load_config(recipe, overrides)
         if args.command == "sft":
             if cfg.sft.train_files:
