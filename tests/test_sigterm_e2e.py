@@ -60,6 +60,23 @@ def stopped_at(stderr: str, run: Path) -> tuple[int, str]:
     return step, m[3]
 
 
+def test_sigterm_during_start_up_says_so_and_ends_the_process_as_before():
+    """Before `fit` takes SIGTERM over there is nothing to checkpoint: the process still ends by the signal (exit
+    status 143 in a shell), with a line that says why instead of silence."""
+    code = (
+        "import os, signal, time\n"
+        "from dapo_rl.trainer import _say_sigterm_at_startup\n"
+        "_say_sigterm_at_startup()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+        "print('not ended')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGTERM, r.stderr[-2000:]
+    assert "dapo train: SIGTERM during start-up, before training began: stopped, nothing to save" in r.stderr
+    assert "not ended" not in r.stdout
+
+
 def test_sigterm_to_the_process_group_saves_a_checkpoint_and_resume_completes(base_model, tmp_path):
     run = tmp_path / "run"
     args = run_args(base_model, run, "trainer.save_freq=-1")

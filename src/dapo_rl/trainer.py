@@ -377,8 +377,9 @@ class Trainer:
             if refused:
                 raise ConfigError(
                     f"--resume: {len(refused)} setting(s) differ from the run's saved config and change what it "
-                    f"trains: {'; '.join(refused)}. Resume with the saved values ({self.out / 'config.yaml'}) or "
-                    "start a new trainer.output_dir"
+                    f"trains: {'; '.join(refused)}. Resume with the saved values (`dapo train --resume "
+                    f"trainer.output_dir={self.out}` with no recipe reads {self.out / 'config.yaml'}) or start a "
+                    "new trainer.output_dir"
                 )
             if harmless:
                 self.log(f"warning: --resume with changed settings: {'; '.join(harmless)}")
@@ -1043,13 +1044,32 @@ def resume_command(command: list[str] | None, external_launcher: bool) -> str:
     return f"torchrun <the same options> -m dapo_rl.cli {args}" if external_launcher else f"dapo {args}"
 
 
+def _say_sigterm_at_startup():
+    """Until `fit` takes SIGTERM over (a checkpoint at the next step boundary), SIGTERM ends the process as before,
+    but says so first: a run stopped while it builds its model, engine or data has nothing to save. Returns the
+    handler to restore, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigterm(signum, frame):
+        if os.environ.get("RANK", "0") == "0":  # os.write: safe inside a signal handler, unlike print
+            os.write(
+                2, b"dapo train: SIGTERM during start-up, before training began: stopped, nothing to save\n"
+            )
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # ended by the signal, as without this handler (exit status 143)
+
+    return signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None = None) -> int:
     """`dapo train` on this process: join the launcher's job (or run alone), train, and return the exit code.
 
     Every rank returns the same code (0, 2, 3, 4 or 143); rank 0 prints the message, the others stay quiet unless
     the error is theirs alone (a bad configuration or data on one machine).
 
-    SIGTERM once training has begun stops the run after the step in progress with a checkpoint (`Trainer.fit`);
+    SIGTERM before training has begun ends the process with a line that says so (nothing to save yet); once it
+    has begun, SIGTERM stops the run after the step in progress with a checkpoint (`Trainer.fit`);
     rank 0 then names the checkpoint and the command that resumes (`resume_command`). Under torchrun, which
     forwards SIGTERM to the ranks and kills them after its shutdown timeout (torchrun `--shutdown-timeout`, env
     `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, default 30 s), that timeout must exceed a step's length.
@@ -1066,6 +1086,7 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     ctx = None
     trainer = None
     start = time.perf_counter()
+    startup_handler = _say_sigterm_at_startup()
     try:
         ctx = init_distributed(cfg.trainer.device)
         trainer = Trainer(cfg, resume=resume, log=log, ctx=ctx)
@@ -1121,6 +1142,8 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
         )
         return EXIT_TERMINATED
     finally:
+        if startup_handler is not None:
+            signal.signal(signal.SIGTERM, startup_handler)
         close = getattr(getattr(trainer, "engine", None), "close", None)
         # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)
         if close is not None:

@@ -120,6 +120,9 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
     until the trainer's end of the pipe closes. Any failure during a push ends it (the tensor stream is out of
     step); a start-up refusal (`ValueError`) comes back as `value_error`."""
     _die_with_parent(parent)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the trainer's console shows its own loading already
     if spec.num_threads > 0:
         torch.set_num_threads(spec.num_threads)
     import torch.distributed as dist
