@@ -75,10 +75,8 @@ def closing_summary(
     if resumed_at > 0 and steps <= resumed_at:
         head = f"dapo train: done, no step left after step {resumed_at} (resumed) in {_fmt_minutes(wall_seconds)}"
     elif resumed_at > 0:
-        head = (
-            f"dapo train: done, steps {resumed_at + 1}-{steps} (resumed from step {resumed_at}) in "
-            f"{_fmt_minutes(wall_seconds)}"
-        )
+        took = f"step {steps}" if steps == resumed_at + 1 else f"steps {resumed_at + 1}-{steps}"
+        head = f"dapo train: done, {took} (resumed from step {resumed_at}) in {_fmt_minutes(wall_seconds)}"
     else:
         head = f"dapo train: done, {steps} steps in {_fmt_minutes(wall_seconds)}"
     if warmup_seconds > 0:
