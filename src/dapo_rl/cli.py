@@ -276,6 +276,7 @@ def _resume_recipe(recipe: str | None, overrides: list[str]) -> str | None:
         The recipe to load: `recipe` itself, or the saved `config.yaml`'s path.
     """
     from dapo_rl.config import load_config
+    from dapo_rl.distributed import launched_rank
 
     if recipe is not None:
         return recipe
@@ -284,7 +285,7 @@ def _resume_recipe(recipe: str | None, overrides: list[str]) -> str | None:
     saved = Path(out) / "config.yaml"
     if not saved.is_file():
         return None
-    if os.environ.get("RANK", "0") == "0":  # a launched job's ranks each read it; one says so
+    if launched_rank() == 0:  # a launched job's ranks each read it; one says so
         print(
             f"dapo train: --resume with no recipe: the run's saved settings ({saved})",
             file=sys.stderr,

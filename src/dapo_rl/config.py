@@ -684,6 +684,10 @@ def _unknown_key_error(key: str, source: str) -> ConfigError:
     return ConfigError(f"unknown config key {key!r} in {source}{hint}")
 
 
+_VALUE = object()
+"""A key given a value by a command-line override (in `_parse_overrides`' tree)."""
+
+
 def _check_keys(node: Any, cls: type, prefix: str, source: str) -> None:
     """Reject keys that are not fields, with suggestions (OmegaConf's own message has none)."""
     if not isinstance(node, dict):
@@ -703,10 +707,6 @@ def _check_keys(node: Any, cls: type, prefix: str, source: str) -> None:
                     f"`dapo config --grep {key}.` lists them"
                 )
             _check_keys(v, type(default), key + ".", source)
-
-
-_VALUE = object()
-"""A key given a value by a command-line override (in `_parse_overrides`' tree)."""
 
 
 def _parse_overrides(overrides: list[str]) -> dict:

@@ -58,7 +58,14 @@ from dapo_rl.data import (
     reasoning_gym_samples,
 )
 from dapo_rl.data.dataset import DataError
-from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier, broadcast_object
+from dapo_rl.distributed import (
+    DistContext,
+    all_gather_objects,
+    all_reduce,
+    barrier,
+    broadcast_object,
+    launched_rank,
+)
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine
@@ -1052,7 +1059,7 @@ def _say_sigterm_at_startup():
         return None
 
     def on_sigterm(signum, frame):
-        if os.environ.get("RANK", "0") == "0":  # os.write: safe inside a signal handler, unlike print
+        if launched_rank() == 0:  # os.write: safe inside a signal handler, unlike print
             os.write(
                 2, b"dapo train: SIGTERM during start-up, before training began: stopped, nothing to save\n"
             )

@@ -94,6 +94,11 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_rank() -> int:
+    """`RANK` set by a launcher (0 when absent): readable before `init_distributed`, and inside a signal handler."""
+    return int(os.environ.get("RANK", "0"))
+
+
 CHECKPOINT_TIMEOUT_S = 4 * 3600.0
 """Timeout of `DistContext.checkpoint_group`: a barrier there waits for rank 0 writing a checkpoint's Hugging Face
 export (61 GB of bf16 for a 32B model) while the other ranks hold no GPU collective open; and, in asynchronous training,
