@@ -13,3 +13,43 @@ def exact(data_source, solution_str, ground_truth, extra_info=None):
     """1 when the response equals the ground truth, else -1 (a dict result with its own pred)."""
     ok = solution_str.strip() == str(ground_truth)
     return {"score": 1.0 if ok else -1.0, "acc": ok, "pred": solution_str.strip()}
+
+
+def escape(data_source, solution_str, ground_truth, extra_info=None):
+    """A scorer that does what a scorer evaluating model text could be made to do: each way out of the sandbox
+    named in `solution_str` is tried, and what happened is returned in `pred` as JSON (`ok` or the error's name).
+    `ground_truth` is a path outside the worker's directory."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import threading
+
+    def attempt(fn):
+        try:
+            fn()
+            return "ok"
+        except BaseException as e:  # noqa: BLE001
+            return type(e).__name__
+
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+    def thread():
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+
+    out = {
+        "write_outside": attempt(lambda: open(ground_truth, "w").write("x")),
+        "write_inside": attempt(lambda: open("inside.txt", "w").write("x")),
+        "connect": attempt(lambda: socket.create_connection(("127.0.0.1", int(solution_str)), timeout=2)),
+        "fork": attempt(fork),
+        "exec": attempt(lambda: subprocess.run(["/bin/true"], check=True)),
+        "thread": attempt(thread),
+        "signal_parent": attempt(lambda: os.kill(os.getppid(), 0)),
+    }
+    return {"score": -1.0, "acc": False, "pred": json.dumps(out)}

@@ -33,7 +33,11 @@ def test_a_hanging_verifier_is_killed_and_the_batch_goes_on():
     assert res[1]["score"] == 1.0 and res[1]["acc"] is True
     assert res[0]["score"] == -1.0 and res[0]["acc"] is False and "TimeoutError" in res[0]["error"]
     assert elapsed < 2 * (1.0 + 1.0)  # each hanging answer settled within timeout + 1 s
-    assert summarize(res) == {"reward/error_rate": 0.0, "reward/timeout_rate": pytest.approx(2 / 3)}
+    assert summarize(res) == {
+        "reward/error_rate": 0.0,
+        "reward/timeout_rate": pytest.approx(2 / 3),
+        "reward/refused_rate": 0.0,
+    }
 
 
 def test_user_function_by_name_and_error_counting():
@@ -45,7 +49,11 @@ def test_user_function_by_name_and_error_counting():
         compute_score("math_dapo", "Answer: 1", "1"),
     ]
     assert "error" in res[0] and "error" not in res[1]
-    assert summarize(res) == {"reward/error_rate": 0.5, "reward/timeout_rate": 0.0}
+    assert summarize(res) == {
+        "reward/error_rate": 0.5,
+        "reward/timeout_rate": 0.0,
+        "reward/refused_rate": 0.0,
+    }
 
 
 def test_bad_verifier_names_fail_early():

@@ -242,7 +242,7 @@ def _step_stats(
 def generated_sums(generated: list[PromptGroup]) -> list[float]:
     """The additive statistics of generated groups that `stats_from_sums` turns into a step's means: responses,
     groups, reward, correct, tokens, truncated, verifier errors and timeouts, all-correct and all-wrong groups, the
-    sum of sampling probabilities and their count. Sums of several rounds add up element-wise."""
+    sum of sampling probabilities and their count, refused answers. Sums of several rounds add up element-wise."""
     rs = [x for g in generated for x in g.rollouts]
     lps = [lp for x in rs for lp in x.logprobs]
     return [
@@ -258,6 +258,7 @@ def generated_sums(generated: list[PromptGroup]) -> list[float]:
         sum(not any(x.acc for x in g.rollouts) for g in generated),
         float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
         len(lps),
+        sum(x.status == "refused" for x in rs),
     ]
 
 
@@ -279,6 +280,7 @@ def stats_from_sums(
         all_wrong,
         prob,
         n_lp,
+        refused,
         filtered,
     ) = sums
     out = {
@@ -300,6 +302,7 @@ def stats_from_sums(
         "train/gen_tokens_surplus_ratio": surplus_tokens / max(length, 1.0),
         "reward/error_rate": errors / max(n, 1.0),
         "reward/timeout_rate": timeouts / max(n, 1.0),
+        "reward/refused_rate": refused / max(n, 1.0),
     }
     if n_lp:
         out["train/token_prob_mean"] = prob / n_lp

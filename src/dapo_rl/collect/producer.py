@@ -43,7 +43,7 @@ from dapo_rl.collect.sampling import Scorer, sample_and_score, sample_groups
 from dapo_rl.data import EpochSampler, PromptDataset
 from dapo_rl.rollout.seeds import round_seed
 
-N_SUMS = 13
+N_SUMS = 14
 """Length of `generated_sums` + [filtered tokens]."""
 
 
@@ -335,7 +335,10 @@ class RolloutProducer:
         self._rounds_since_batch = int(state.get("rounds_since_batch", 0))
         self._kept_total = int(state.get("kept_total", 0))
         self._exhausted = bool(state.get("exhausted", False))
-        self._report = _Report(**state.get("report", {}))
+        report = dict(state.get("report", {}))
+        if len(report.get("sums", ())) == N_SUMS - 1:  # a checkpoint from before `reward/refused_rate`
+            report["sums"] = [*report["sums"][:-1], 0.0, report["sums"][-1]]
+        self._report = _Report(**report)
 
     # ----------------------------------------------------------------------------------------- producer's side
     @property

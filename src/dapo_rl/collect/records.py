@@ -24,7 +24,8 @@ class Rollout:
         score: the verifier's score (DAPO's +-1 scale).
         acc: the verifier's correctness.
         pred: the extracted final answer.
-        status: `ok`, `error` (the verifier raised) or `timeout` (it was killed).
+        status: `ok`, `error` (the verifier raised), `timeout` (it was killed) or `refused` (the answer was outside
+            its task's answer grammar, `dapo_rl.reward.answer_grammar`).
         reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
         response_length: tokens in the response (kept when a record is read back without its token ids).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges

@@ -63,7 +63,15 @@ class Scorer:
                 bool(res["acc"]),
                 str(res.get("pred", "")),
             )
-            r.status = "timeout" if res.get("timeout") else "error" if "error" in res else "ok"
+            r.status = (
+                "timeout"
+                if res.get("timeout")
+                else "error"
+                if "error" in res
+                else "refused"
+                if res.get("refused")
+                else "ok"
+            )
             r.reward = r.score
             if r.status == "error" and self.log is not None and not self._reported:
                 self._reported = True

@@ -1,29 +1,46 @@
-"""Batch scoring in worker processes with a hard per-answer time limit.
+"""Batch scoring in confined worker processes with a hard per-answer time limit.
 
 A verifier that hangs (sympy on a tower of powers, a regex on a megabyte of brackets) must never stall training. Each
 answer is sent to a worker process on its own; when a worker has not answered within `timeout_s`, the parent kills it
 (SIGKILL), scores that answer as wrong with `timeout` set, and starts a fresh worker. Workers are forked from a clean
 server process (`forkserver`) that has imported the verifiers once, so a replacement starts in milliseconds and never
-inherits the trainer's threads. Model output is only ever passed as data: nothing is executed. Workers ignore SIGTERM:
-`timeout` and Slurm signal every process of the job, and the trainer scores its last step before it stops
-(`dapo_rl.trainer`); a worker ends when the pool closes its pipe or kills it.
+inherits the trainer's threads.
+
+Model output is only ever passed as data. No built-in verifier executes it: the reasoning-gym scorers that evaluate
+text (sympy's ``parse_expr``, ``eval``) receive an answer only inside the task's answer grammar
+(`dapo_rl.reward.answer_grammar`), and the `math` verifier's one ``parse_expr`` (Math-Verify's plain-expression
+extraction) sees only digits, dots, spaces and ``+-*/^()``. Each worker also confines itself before it reads anything
+(`dapo_rl.sandbox.confine`: memory, file-size, open-file and CPU limits, no writes outside its own temporary
+directory, no network, no child processes, no exec), so a scorer that evaluated what it should not could still do
+nothing outside that worker. With ``num_workers=0`` the items whose scorer evaluates text
+(`dapo_rl.reward.score.evaluates_text`) are still scored in one such worker.
+
+Workers ignore SIGTERM: `timeout` and Slurm signal every process of the job, and the trainer scores its last step
+before it stops (`dapo_rl.trainer`); a worker ends when the pool closes its pipe or kills it, and any worker still
+alive when the interpreter exits is killed then (`dapo_rl.children`).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import shutil
 import signal
+import tempfile
 import time
+import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from dapo_rl import children
 from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, timeout_result
 
 PRELOAD = [
     "dapo_rl.reward.score",
     "dapo_rl.reward.pool",
+    "dapo_rl.sandbox",
+    "landlockpy",
     "dapo_rl.reward.math_verifier",
     "math_verify",
     "reasoning_gym",
@@ -34,10 +51,19 @@ ScoreItem = tuple[str, str, Any, Mapping[str, Any] | None]
 """`(data_source, solution_str, ground_truth, extra_info)`: one response to score."""
 
 
-def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
+READY_TIMEOUT_S = 120.0
+"""Seconds a new worker may take to confine itself and say so (the first one also waits for the fork server to
+import `PRELOAD`)."""
+
+_WARNED = False
+
+
+def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the pool ends it (see the module docstring)
     from dapo_rl.reward.score import compute_score
+    from dapo_rl.sandbox import confine, cpu_budget
 
+    conn.send(("ready", confine(workdir).missing()))
     while True:
         try:
             msg = conn.recv()
@@ -46,23 +72,52 @@ def _worker(conn: Connection, verifier: str, timeout_s: float) -> None:
         if msg is None:
             return
         idx, (source, text, gt, extra), options = msg
+        cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this holds if it cannot
         res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
         conn.send((idx, dict(res)))
 
 
 class _Worker:
     def __init__(self, ctx, verifier: str, timeout_s: float):
+        self.workdir = tempfile.mkdtemp(prefix="dapo-score-")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, verifier, timeout_s, self.workdir), daemon=True)
         self.proc.start()
+        children.register(self.proc)
         child.close()
         self.job: int | None = None
         self.started = 0.0
+        self.missing: list[str] | None = None
+
+    def ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait for the worker to confine itself; warn once per process about layers the OS did not give.
+
+        Raises:
+            RuntimeError: it died or did not answer in time (it is killed).
+        """
+        global _WARNED
+        try:
+            if not self.conn.poll(timeout_s):
+                raise RuntimeError(f"a reward worker did not start within {timeout_s:.0f} s")
+            _, self.missing = self.conn.recv()
+        except (EOFError, OSError) as e:
+            self.kill()
+            raise RuntimeError(f"a reward worker died while starting (exit code {self.proc.exitcode})") from e
+        except RuntimeError:
+            self.kill()
+            raise
+        if self.missing and not _WARNED:
+            _WARNED = True
+            warnings.warn(
+                "reward workers run with fewer OS limits than they could: " + "; ".join(self.missing),
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.join()
+        children.kill(self.proc)
         self.conn.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class RewardPool:
@@ -71,12 +126,16 @@ class RewardPool:
     Args:
         verifier: `auto` (by `data_source`), `math`, `math_dapo`, `reasoning_gym` or `module:function`.
         num_workers: worker processes; 0 scores in this process (the `math` verifier keeps to `timeout_s` on the
-            main thread, see `compute_score_math`; other verifiers and other threads have no hard limit there).
+            main thread, see `compute_score_math`; other verifiers and other threads have no hard limit there),
+            except the items whose scorer evaluates text, which go to one confined worker started on first need.
         timeout_s: seconds one answer may take, including the verifier's own limits; past it the worker is killed.
         partial_credit: reasoning-gym's partial credit instead of DAPO's ±1 (`reward.partial_credit`).
         lenient: the `math` verifier's evaluation-harness leniency (`reward.lenient`).
 
-    Use as a context manager or call `close()`; `stats` counts `scored`, `errors` and `timeouts` so far.
+    Use as a context manager or call `close()`.
+
+    Raises:
+        RuntimeError: a worker died or did not start within `READY_TIMEOUT_S` (all are stopped).
     """
 
     def __init__(
@@ -99,10 +158,17 @@ class RewardPool:
         self.options = {"partial_credit": partial_credit, "lenient": lenient}
         self._ctx = None
         self._workers: list[_Worker] = []
+        self._confined: RewardPool | None = None  # num_workers=0: the worker for items that evaluate text
         if num_workers > 0:
             self._ctx = mp.get_context("forkserver")
             self._ctx.set_forkserver_preload(PRELOAD)
-            self._workers = [_Worker(self._ctx, verifier, timeout_s) for _ in range(num_workers)]
+            try:
+                self._workers = [_Worker(self._ctx, verifier, timeout_s) for _ in range(num_workers)]
+                for w in self._workers:  # started side by side above, confined each on its own
+                    w.ready()
+            except BaseException:
+                self.close()
+                raise
 
     def __enter__(self) -> RewardPool:
         return self
@@ -111,17 +177,19 @@ class RewardPool:
         self.close()
 
     def close(self) -> None:
-        """Stop the workers."""
-        for w in self._workers:
+        """Stop the workers (each gets a second to finish, then is killed); idempotent."""
+        workers, self._workers = self._workers, []
+        for w in workers:
             try:
                 w.conn.send(None)
             except OSError:
                 pass
-        for w in self._workers:
+        for w in workers:
             w.proc.join(timeout=1)
-            if w.proc.is_alive():
-                w.kill()
-        self._workers = []
+            w.kill()
+        if self._confined is not None:
+            self._confined.close()
+            self._confined = None
 
     def score(self, items: Sequence[ScoreItem], *, lenient: bool | None = None) -> list[ScoreResult]:
         """Score every item; results come back in order. Never raises on model output.
@@ -137,12 +205,7 @@ class RewardPool:
         """
         options = self.options if lenient is None else {**self.options, "lenient": lenient}
         if self.num_workers == 0:
-            from dapo_rl.reward.score import compute_score
-
-            return [
-                compute_score(s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s, **options)
-                for s, t, g, e in items
-            ]
+            return self._score_here(items, options)
         results: list[ScoreResult | None] = [None] * len(items)
         pending = deque(range(len(items)))
         while pending or any(w.job is not None for w in self._workers):
@@ -172,15 +235,42 @@ class RewardPool:
                     self._replace(w)
         return results  # type: ignore[return-value]
 
+    def _score_here(self, items: Sequence[ScoreItem], options: dict) -> list[ScoreResult]:
+        """``num_workers=0``: score in this process, except the items whose scorer evaluates text."""
+        from dapo_rl.reward.score import compute_score, evaluates_text
+
+        results: list[ScoreResult | None] = [None] * len(items)
+        confined = [i for i, (s, _, _, e) in enumerate(items) if evaluates_text(self.verifier, s, e)]
+        if confined:
+            if self._confined is None:
+                self._confined = RewardPool(self.verifier, 1, self.timeout_s, **self.options)
+            for i, res in zip(
+                confined, self._confined.score([items[i] for i in confined], lenient=options["lenient"])
+            ):
+                results[i] = res
+        for i, (s, t, g, e) in enumerate(items):
+            if results[i] is None:
+                results[i] = compute_score(
+                    s, t, g, e, verifier=self.verifier, timeout_s=self.timeout_s, **options
+                )
+        return results  # type: ignore[return-value]
+
     def _replace(self, w: _Worker) -> None:
         w.kill()
         i = self._workers.index(w)
         self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s)
+        self._workers[i].ready()
 
 
 def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """`reward/error_rate` (verifier errors, timeouts excluded) and `reward/timeout_rate` of a batch."""
+    """`reward/error_rate` (verifier errors, timeouts excluded), `reward/timeout_rate` and `reward/refused_rate`
+    (answers outside their task's grammar) of a batch."""
     n = max(len(results), 1)
+    refused = sum(1 for r in results if r.get("refused"))
     timeouts = sum(1 for r in results if r.get("timeout"))
     errors = sum(1 for r in results if "error" in r and not r.get("timeout"))
-    return {"reward/error_rate": errors / n, "reward/timeout_rate": timeouts / n}
+    return {
+        "reward/error_rate": errors / n,
+        "reward/timeout_rate": timeouts / n,
+        "reward/refused_rate": refused / n,
+    }

@@ -12,6 +12,9 @@ and get a positive advantage over other wrong answers in a group.
 An answer that is digits split by commas that are not thousands separators (``1,6``, ``12,34``) is wrong when the
 gold has no comma: reasoning-gym strips every comma before comparing numbers, so ``1,6`` would count as 16.
 
+Five tasks' scorers run sympy's ``parse_expr`` on the answer and four run ``eval`` on it; their answers must first pass
+the task's grammar (`dapo_rl.reward.answer_grammar`), and the reward pool scores them in a confined worker.
+
 ``reasoning_gym`` is imported on first use, so math-only scoring does not pay for its import.
 """
 
@@ -24,8 +27,9 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
+from dapo_rl.reward.answer_grammar import refusal
 from dapo_rl.reward.extract import _THOUSANDS, extract_final_answer
-from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result
+from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result, refused_result
 
 ACC_TOLERANCE = 1e-9
 """A reasoning-gym score ``s`` counts as correct (``acc``) when ``s >= 1 - ACC_TOLERANCE``."""
@@ -115,7 +119,9 @@ def compute_score_reasoning_gym(
         ``{"score": +1.0 if acc else -1.0, "acc": s >= 1 - 1e-9, "pred": answer}`` with ``s`` the
         reasoning-gym score clipped to [0, 1] (``"score": 2*s - 1`` with ``partial_credit``). An answer of
         comma-split digits against a comma-free gold (:func:`misplaced_commas`) scores -1 without calling the
-        scorer. Without a final answer: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
+        scorer. For the tasks whose scorer evaluates text (`dapo_rl.reward.answer_grammar.EVALUATING_TASKS`), an
+        answer outside the task's answer grammar is refused without calling the scorer:
+        `dapo_rl.reward.result.refused_result` (score -1, ``refused: True``, ``reason``). Without a final answer: ``{"score": -1.0, "acc": False, "pred": ""}`` (the
         scorer is not called). Never raises: any failure (unknown task, malformed metadata, a scorer that
         raises or returns a non-finite value) returns ``score=-1.0``, ``acc=False``, ``pred=""`` and an
         ``error`` key ``"<ExceptionType: message>"``.
@@ -139,6 +145,9 @@ def compute_score_reasoning_gym(
             "answer": ground_truth,
             "metadata": _mapping_field(info, "metadata"),
         }
+        why = refusal(task, pred, ground_truth, entry["metadata"])
+        if why is not None:  # the scorer would evaluate text outside the task's answer form
+            return refused_result(pred, why)
         raw = float(score_fn(pred, entry))
         if not math.isfinite(raw):
             raise ValueError(f"reasoning-gym task {task!r} returned a non-finite score {raw}")

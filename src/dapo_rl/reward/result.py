@@ -34,10 +34,15 @@ class ScoreResult(_RequiredScoreFields, total=False):
         pred: the answer the verifier extracted from the response (for logs and maj@k).
         error: present only when scoring raised or ran out of time; ``"<ExceptionType: message>"``.
         timeout: present (True) only when the answer was not settled within `reward.timeout_s`.
+        refused: present (True) only when the answer was not in its task's answer grammar and was refused before
+            reaching a scorer that evaluates text (`dapo_rl.reward.answer_grammar`); such a response is wrong.
+        reason: with `refused`, why (one line).
     """
 
     error: str
     timeout: bool
+    refused: bool
+    reason: str
 
 
 def error_result(exc: BaseException) -> ScoreResult:
@@ -69,6 +74,20 @@ def timeout_result(timeout_s: float) -> ScoreResult:
         "error": f"TimeoutError: not settled within {timeout_s:g} s",
         "timeout": True,
     }
+
+
+def refused_result(pred: str, reason: str) -> ScoreResult:
+    """The result of an answer refused by its task's answer grammar (`dapo_rl.reward.answer_grammar`): wrong, and
+    flagged so that `reward/refused_rate` counts it.
+
+    Args:
+        pred: the extracted answer.
+        reason: why it was refused (one line).
+
+    Returns:
+        ``{"score": -1.0, "acc": False, "pred": pred, "refused": True, "reason": reason}``.
+    """
+    return {"score": WRONG_SCORE, "acc": False, "pred": pred, "refused": True, "reason": reason}
 
 
 def checked_result(res: Mapping) -> ScoreResult:

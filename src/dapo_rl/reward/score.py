@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from functools import cache, partial
 from typing import Any
 
+from dapo_rl.reward.answer_grammar import EVALUATING_TASKS, effective_task
 from dapo_rl.reward.math_dapo import compute_score_math_dapo
 from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
 from dapo_rl.reward.result import ScoreResult, checked_result, error_result
@@ -127,6 +128,33 @@ def get_verifier(name: str) -> Verifier:
     if fn is None:
         raise ValueError("verifier 'auto' picks per row by data_source: call compute_score(data_source, ...)")
     return fn
+
+
+def evaluates_text(verifier: str, data_source: str, extra_info: Mapping[str, Any] | None = None) -> bool:
+    """Whether scoring this item reaches a scorer that evaluates the answer's text (a reasoning-gym task of
+    `dapo_rl.reward.answer_grammar.EVALUATING_TASKS`): the reward pool then scores it in a confined worker even with
+    ``reward.num_workers: 0``.
+
+    Args:
+        verifier: the pool's verifier name (`reward.name`).
+        data_source: the row's ``data_source``.
+        extra_info: the row's ``extra_info`` (a ``composite`` or untagged reasoning-gym row names its task in
+            ``metadata["source_dataset"]``).
+    """
+    name = str(verifier)
+    source = str(data_source)
+    if name.startswith(REASONING_GYM_PREFIX):
+        task = name[len(REASONING_GYM_PREFIX) :]
+    elif name == "auto" and source.startswith(REASONING_GYM_PREFIX):
+        task = source[len(REASONING_GYM_PREFIX) :]
+    elif name == "reasoning_gym":
+        task = "composite"
+    else:
+        return False
+    meta = (extra_info or {}).get("metadata") if isinstance(extra_info, Mapping) else None
+    if isinstance(meta, str):  # a parquet row may hold it as JSON text: decide on the safe side
+        return True
+    return effective_task(task, meta if isinstance(meta, Mapping) else {}) in EVALUATING_TASKS
 
 
 def compute_score(
