@@ -35,6 +35,25 @@ def test_the_queue_takes_groups_at_most_k_versions_old_and_drops_older_ones():
     assert q0.take(5, policy_version=1) == (gs[1:], gs[:1]) and len(q0) == 0
 
 
+def test_after_a_take_the_producer_counts_only_groups_fresh_for_the_next_step():
+    """Review m1: K=1, 32 groups a batch, 64 queued of version 1. The step at policy 2 takes 32; the other 32 are
+    fresh for it but not for the step at policy 3, so the producer is not full (it generates through the update)."""
+    from types import SimpleNamespace
+
+    from dapo_rl.config import AlgorithmConfig
+
+    cfg = SimpleNamespace(
+        data=SimpleNamespace(train_batch_size=32), algorithm=AlgorithmConfig(), rollout=SimpleNamespace(n=1)
+    )
+    policy = SimpleNamespace(kept_rate=None)
+    p = RolloutProducer(None, None, None, None, lambda: cfg, policy, max_staleness=1, version=2)
+    p.queue.groups.extend(_group(1, i) for i in range(64))
+    assert p._full()
+    batch, _ = p.next_batch(32, policy_version=2)
+    assert len(batch) == 32 and len(p.queue) == 32
+    assert p.learner_version == 3 and p.queue.fresh(3) == 0 and not p._full()
+
+
 def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
     """A checkpoint keeps the queue (versions, token ids, log-probs, rewards) and the unreported round statistics in
     types `torch.load(weights_only=True)` reads back."""

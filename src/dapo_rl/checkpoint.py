@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dapo_rl.config import ConfigError
 from dapo_rl.distributed import DistContext, barrier
 
 
@@ -147,6 +148,53 @@ def save_checkpoint(
     return final
 
 
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """What is wrong with a checkpoint's files, read without loading any tensor: `trainer_state.pt` must load, and
+    every byte range `dcp/.metadata` names must lie inside its file (a file cut short by a full disk or a killed
+    copy fails here).
+
+    Args:
+        ckpt: a `checkpoints/global_step_N` directory.
+
+    Returns:
+        None when intact; else one line naming the file and what is wrong with it.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    ckpt = Path(ckpt)
+    try:
+        torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    except Exception as e:  # noqa: BLE001 (any failure to read it is the answer)
+        return f"{ckpt / 'trainer_state.pt'}: {type(e).__name__}: {e}"
+    dcp_dir = ckpt / "dcp"
+    try:
+        meta = FileSystemReader(str(dcp_dir)).read_metadata()
+    except Exception as e:  # noqa: BLE001
+        return f"{dcp_dir / '.metadata'}: {type(e).__name__}: {e}"
+    ends: dict[str, int] = {}
+    for info in (meta.storage_data or {}).values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(ends.items()):
+        f = dcp_dir / name
+        size = f.stat().st_size if f.is_file() else -1
+        if size < end:
+            return f"{f}: {'missing' if size < 0 else f'{size} bytes, the metadata needs {end}'}"
+    return None
+
+
+def intact_before(ckpt: Path) -> Path | None:
+    """The newest checkpoint of the same run older than `ckpt` whose files are intact (`checkpoint_problem`)."""
+    older = [
+        p
+        for p in Path(ckpt).parent.glob("global_step_*")
+        if (p / "trainer_state.pt").is_file() and _step_of(p) < _step_of(Path(ckpt))
+    ]
+    for p in sorted(older, key=_step_of, reverse=True):
+        if checkpoint_problem(p) is None:
+            return p
+    return None
+
+
 def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`).
 
@@ -154,11 +202,29 @@ def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     with; `trainer_state["world_size"]` says how many ranks wrote it.
 
     Raises:
-        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`).
+        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one: the message names the file
+            and the newest intact checkpoint to resume from instead.
     """
-    actor.load(ckpt)
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
-    rng = ckpt / f"rng_rank{ctx.rank}.pt"
-    if rng.is_file():
-        set_rng_state(torch.load(rng, weights_only=True))
-    return state
+    problem = checkpoint_problem(ckpt) if (Path(ckpt) / "dcp").is_dir() else None
+    try:
+        if problem is None:
+            actor.load(ckpt)
+            state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+            rng = ckpt / f"rng_rank{ctx.rank}.pt"
+            if rng.is_file():
+                set_rng_state(torch.load(rng, weights_only=True))
+            return state
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 (a file the metadata check could not see)
+        problem = (
+            f"{ckpt}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        )
+    good = intact_before(ckpt)
+    advice = (
+        f"the newest intact checkpoint is {good}: move the damaged one aside "
+        f"(mv {ckpt} {Path(ckpt).parent.parent / ('damaged_' + Path(ckpt).name)}) and resume again"
+        if good is not None
+        else "no older intact checkpoint: start the run again"
+    )
+    raise ConfigError(f"checkpoint {ckpt} is damaged ({problem}); {advice}")

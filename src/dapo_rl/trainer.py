@@ -134,6 +134,39 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, resume: bool = False, log=print, ctx: DistContext | None = None):
+        self.engine = self.pool = self.producer = None
+        try:
+            self._build(cfg, resume, log, ctx)
+        except BaseException:  # a failed start leaves no process behind (review async-lora M1)
+            self.close()
+            raise
+
+    def close(self, producer_timeout_s: float = 30.0) -> None:
+        """Stop what this trainer started, each part even if another failed: the rollout producer (waiting at most
+        `producer_timeout_s` for its round), the reward pool, the rollout engine(s). Idempotent.
+
+        Raises:
+            RuntimeError: a part did not stop cleanly (the others were still stopped; the first error is raised).
+        """
+        producer, pool, engine = self.producer, self.pool, self.engine
+        self.producer = self.pool = self.engine = None
+        steps = (
+            (lambda: producer.stop(producer_timeout_s)) if producer is not None else None,
+            pool.close if pool is not None else None,
+            getattr(engine, "close", None),
+        )
+        first: BaseException | None = None
+        for stop in steps:
+            if stop is None:
+                continue
+            try:
+                stop()
+            except Exception as e:  # noqa: BLE001 (the next part must still stop)
+                first = first or e
+        if first is not None:
+            raise RuntimeError(f"{type(first).__name__}: {first}") from first
+
+    def _build(self, cfg: Config, resume: bool, log, ctx: DistContext | None) -> None:
         if ctx is None:
             from dapo_rl.distributed import resolve_device
 
@@ -1151,11 +1184,11 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     finally:
         if startup_handler is not None:
             signal.signal(signal.SIGTERM, startup_handler)
-        close = getattr(getattr(trainer, "engine", None), "close", None)
-        # vLLM's teardown, which also ends torch.distributed's groups (else: a hang at exit)
-        if close is not None:
+        # the producer, the reward pool and the engine (vLLM's teardown also ends torch.distributed's groups;
+        # else: a hang at exit); a trainer that failed to start closed its own
+        if trainer is not None:
             try:
-                close()
+                trainer.close()
             except Exception as e:  # the run's exit code stands
                 print(f"dapo train: the rollout engine did not shut down cleanly ({e})", file=sys.stderr)
         if ctx is not None:

@@ -186,14 +186,20 @@ class RolloutProducer:
         self._thread = threading.Thread(target=self._run, name="dapo-rollout-producer", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop after the round in progress and wait for the thread (idempotent)."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop after the round in progress and wait for the thread (idempotent).
+
+        Args:
+            timeout_s: wait at most this long (None: until the round ends); the thread is a daemon, so one still
+                running then ends with the engines it waits on (`RemoteEngines.close` kills them).
+        """
         with self._cv:
             self._stop = True
             self._cv.notify_all()
         if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+            self._thread.join(timeout_s)
+            if not self._thread.is_alive():
+                self._thread = None
 
     def publish(self, weights: list, version: int) -> None:
         """Hand the producer the weights of policy `version` (`(name, tensor)` pairs the producer owns from now on:
@@ -278,6 +284,9 @@ class RolloutProducer:
                 )
                 want = usable
             batch, dropped = self.queue.take(want, policy_version)
+            # from now on the producer fills the queue for the next step's take (policy_version + 1): groups that
+            # take will drop no longer count as fresh, so it does not idle through the update (review m1)
+            self.learner_version = max(self.learner_version, policy_version + 1)
             self._exhausted = False
             self._rounds_since_batch = 0
             rep, self._report = self._report, _Report()

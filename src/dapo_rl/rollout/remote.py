@@ -17,7 +17,9 @@ this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s 
 weight group; a push goes to each in turn.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
-when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind.
+when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM,
+an exit that closed nothing (an uncaught error) would hang in multiprocessing's exit hook, which joins its children
+after a SIGTERM without a deadline: `dapo_rl.children` kills every engine still alive at interpreter exit first.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ from datetime import timedelta
 
 import torch
 
+from dapo_rl import children
 from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
+
+CLOSE_LOCK_TIMEOUT_S = 10.0
+"""Seconds `RemoteEngine.close` waits for a request in flight on another thread before it kills the process."""
 
 _START_LOCK = threading.Lock()
 """Held while a child starts with its own `CUDA_VISIBLE_DEVICES` in this process's environment (engines start side
@@ -248,6 +254,7 @@ class RemoteEngine:
                 os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
             try:
                 self.proc.start()
+                children.register(self.proc)  # killed at interpreter exit if nothing closed it
             finally:
                 if spec.cuda_visible_devices is not None:
                     if saved is None:
@@ -310,23 +317,28 @@ class RemoteEngine:
     def sleep(self) -> None:
         """Nothing to free: the engine has its own process (and device)."""
 
-    def close(self) -> None:
-        """Stop the engine process (its engine's own teardown runs there); idempotent."""
+    def close(self, lock_timeout_s: float = CLOSE_LOCK_TIMEOUT_S) -> None:
+        """Stop the engine process (its engine's own teardown runs there); idempotent, and never waits without a
+        deadline: a request in flight on another thread (the producer's round) gets `lock_timeout_s` to finish,
+        then the process is killed, as it is when it does not answer `close` within 60 s or exit 30 s later.
+        """
         proc, self.proc = getattr(self, "proc", None), None
         if proc is None:
             return
+        locked = False
         try:
             if proc.is_alive():
-                with self._lock:
+                locked = self._lock.acquire(timeout=lock_timeout_s)
+                if locked:
                     self._conn.send(("close",))
-                    self._answer(60.0)
+                    self._answer(60.0, proc)
         except (RuntimeError, OSError, EOFError):
             pass
         finally:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            if locked:
+                self._lock.release()
+            proc.join(timeout=30 if locked else 0)
+            children.kill(proc)
             self._conn.close()
 
     # --------------------------------------------------------------------------------------------- internals
@@ -358,11 +370,11 @@ class RemoteEngine:
             raise box["error"]
         return box["channel"]
 
-    def _answer(self, timeout_s: float | None = None):
+    def _answer(self, timeout_s: float | None = None, proc=None):
         """The child's reply to the last request; its `error` becomes a RuntimeError (a `value_error`, a
-        ValueError)."""
+        ValueError). `proc`: the child (default `self.proc`; `close` has already cleared it)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        proc = self.proc
+        proc = self.proc if proc is None else proc
         while not self._conn.poll(1.0):
             if proc is None or not proc.is_alive():
                 code = None if proc is None else proc.exitcode

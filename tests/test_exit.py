@@ -1,0 +1,138 @@
+"""A run that fails exits, within seconds, with no process left (review async-lora M1): an uncaught error after the
+reward workers and the engine processes started, an engine whose lock a stuck request holds, a damaged checkpoint
+on resume (synchronous and K=1)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from e2e import dapo, run_args
+
+from dapo_rl.checkpoint import checkpoint_problem
+from dapo_rl.config import RolloutConfig
+from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+
+
+def _gone(pid: int, wait_s: float = 10.0) -> bool:
+    """Whether process `pid` has ended (a zombie counts) within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split(") ")[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_an_uncaught_error_after_the_workers_and_engine_started_exits_at_once(model_dir):
+    """Before: multiprocessing's exit hook sent SIGTERM (ignored) to the engine and the reward workers and joined
+    them forever. Now the process exits with the error's status, and every child is gone."""
+    code = textwrap.dedent(
+        f"""
+        from dapo_rl.config import RolloutConfig
+        from dapo_rl.reward.pool import RewardPool
+        from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
+
+        if __name__ == "__main__":
+            engine = RemoteEngine(EngineSpec(RolloutConfig(name="hf"), {str(model_dir)!r}, 64, num_threads=1))
+            pool = RewardPool("auto", 2, 5.0)
+            pids = [engine.proc.pid] + [w.proc.pid for w in pool._workers]
+            print("pids", *pids, flush=True)
+            holder = [engine, pool]  # kept alive by the traceback's frame, as a Trainer's attributes would be
+            raise RuntimeError("a damaged file after the workers started")
+        """
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1 and "a damaged file after the workers started" in proc.stderr
+    pids = [int(p) for p in re.search(r"pids ([\d ]+)", proc.stdout).group(1).split()]
+    assert len(pids) == 3 and all(_gone(p, 5.0) for p in pids), pids
+    print(f"exited {took:.1f} s after start (engine start included)")
+    assert took < 60
+
+
+def test_close_kills_an_engine_whose_request_does_not_finish(model_dir):
+    """A request in flight on another thread holds the engine's lock (the producer's round; here a thread that
+    never lets go): `close` waits `lock_timeout_s`, then kills the process."""
+    engine = RemoteEngine(EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1))
+    pid = engine.proc.pid
+    held = threading.Event()
+
+    def stuck():
+        engine._lock.acquire()
+        held.set()
+
+    threading.Thread(target=stuck, daemon=True).start()
+    held.wait(5)
+    t0 = time.monotonic()
+    engine.close(lock_timeout_s=1.0)
+    assert time.monotonic() - t0 < 5.0
+    assert _gone(pid, 5.0)
+
+
+def _truncate_dcp(ckpt: Path) -> Path:
+    data = max((p for p in (ckpt / "dcp").iterdir() if p.suffix == ".distcp"), key=lambda p: p.stat().st_size)
+    with open(data, "r+b") as fh:
+        fh.truncate(data.stat().st_size // 2)
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(base_model, tmp_path, k):
+    """Steps 1-4 with checkpoints at 2 and 4; step 4's largest DCP file cut in half (a full disk): `--resume` ends
+    within seconds with exit 2 and one line naming the file and step 2's checkpoint, and leaves no process. Moving
+    the damaged one aside as the line says resumes from step 2."""
+    run = tmp_path / "run"
+    extra = ["trainer.total_training_steps=4", "trainer.test_freq=0"]
+    if k:
+        extra += ["async_training.max_staleness=1", "reward.num_workers=1"]
+    args = run_args(base_model, run, *extra)
+    r = dapo(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    step4, step2 = run / "checkpoints" / "global_step_4", run / "checkpoints" / "global_step_2"
+    damaged = _truncate_dcp(step4)
+    assert checkpoint_problem(step4).startswith(str(damaged)) and checkpoint_problem(step2) is None
+    before = set(os.listdir("/proc"))
+    t0 = time.monotonic()
+    r = dapo(*args, "trainer.total_training_steps=6", "--resume")
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("dapo: error:")]
+    assert (
+        len(lines) == 1 and str(damaged) in lines[0] and f"newest intact checkpoint is {step2}" in lines[0]
+    ), r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    print(f"K={k}: damaged checkpoint refused in {took:.1f} s: {lines[0]}")
+    leftover = [
+        p
+        for p in set(os.listdir("/proc")) - before
+        if p.isdigit() and not _gone(int(p), 5.0) and _ours(int(p))
+    ]
+    assert leftover == []
+    m = re.search(r"\(mv (\S+) (\S+)\)", lines[0])
+    os.rename(m.group(1), m.group(2))
+    r = dapo(*args, "trainer.total_training_steps=6", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from" in r.stdout + r.stderr and "step 2" in r.stdout + r.stderr
+
+
+def _ours(pid: int) -> bool:
+    """Whether `pid` is a dapo process (a trainer, an engine, a reward worker)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return "dapo_rl" in cmd or "multiprocessing" in cmd
