@@ -82,15 +82,22 @@ def test_sampling_logprobs_match_the_actor_recompute(tmp_path):
 def test_logprobs_are_taken_step_by_step_on_the_device_bit_for_bit(temperature):
     """The log-probs come from each decoding step's logits on the model's device, one (B, V) step at a time: the
     same values, bit for bit, as the log-softmax over the whole stacked (B, L, V) logits copied to the host (what
-    the engine did before: gigabytes of host memory per chunk with a 150k vocabulary on a GPU)."""
+    the engine did before: gigabytes of host memory per chunk with a 150k vocabulary on a GPU). The engine does
+    not ask transformers to keep every step's logits (`output_logits`, B·L·V·4 bytes: review async-lora m7); the
+    test asks for them itself to compute the reference."""
+    import copy
+
     tok = build_tiny_tokenizer()
     model = build_tiny_model(seed=2)
     engine = HFRolloutEngine(model, tok, micro_batch_size=64)
-    seen = []
+    seen, asked = [], []
     generate = model.generate
 
     def keep(*a, **k):
-        out = generate(*a, **k)
+        cfg = copy.deepcopy(k["generation_config"])
+        asked.append(bool(cfg.output_logits))
+        cfg.output_logits = True
+        out = generate(*a, **{**k, "generation_config": cfg})
         seen.append(out)
         return out
 
@@ -98,6 +105,7 @@ def test_logprobs_are_taken_step_by_step_on_the_device_bit_for_bit(temperature):
     prompts = [tok("7 + 8 =\n")["input_ids"], tok("12 - 5 =\n")["input_ids"]]
     out = engine.generate(prompts, SamplingParams(n=3, temperature=temperature, max_tokens=9, seed=4))
     (raw,) = seen
+    assert asked == [False]
     gen = raw.sequences[:, raw.sequences.shape[1] - len(raw.logits) :]
     logits = torch.stack(raw.logits, dim=1).float()
     if temperature > 0:

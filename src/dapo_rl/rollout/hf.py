@@ -9,6 +9,41 @@ import torch
 from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 
 
+class _SampledLogprobs:
+    """A logits processor that keeps, per sequence, the log-prob of each sampled token under softmax(raw logits /
+    temperature), holding one step's (B, V) log-softmax at a time (review async-lora m7: transformers'
+    ``output_logits=True`` keeps every step's (B, V) logits, B·L·V·4 bytes, an out-of-memory at real vocabularies).
+
+    transformers calls it at each step with the scores of the next token, before its own temperature, top-k and top-p
+    processors (a processor passed to `generate` comes before those, ``GenerationMixin._get_logits_processor``); the
+    token sampled at step i is the last of ``input_ids`` at step i + 1, and the last step's is taken by `finish`.
+
+    Args:
+        temperature: the request's temperature (0: greedy, log-probs of the raw softmax).
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.steps: list[torch.Tensor] = []
+        self._last: torch.Tensor | None = None
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self._last is not None:
+            self.steps.append(self._last.gather(-1, tokens[:, None]).squeeze(-1))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        logits = scores.float() if self.temperature == 0 else scores.float() / self.temperature
+        self._last = torch.log_softmax(logits, dim=-1)
+        return scores
+
+    def finish(self, generated: torch.Tensor) -> torch.Tensor:
+        """The (B, L) log-probs of `generated` (B, L), the sampled tokens."""
+        self._take(generated[:, -1])
+        self._last = None
+        return torch.stack(self.steps, dim=1)
+
+
 class HFRolloutEngine:
     """Sampling with `model.generate` on the engine's own copy of the policy, on that model's device.
 
@@ -97,7 +132,6 @@ class HFRolloutEngine:
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_logits=True,
         )
         n = params.n
         per_chunk = max(1, self.micro_batch_size // n)
@@ -113,21 +147,15 @@ class HFRolloutEngine:
                 mask[i, width - len(p) :] = 1
             ids = ids.repeat_interleave(n, dim=0).to(device)
             mask = mask.repeat_interleave(n, dim=0).to(device)
+            # each step's sampled-token log-prob, taken on the model's device as it is sampled: never a (B, L, V)
+            # stack of logits, nor a copy of one in host memory
+            keep = _SampledLogprobs(0.0 if greedy else params.temperature)
             with torch.no_grad():  # not around the yield: grad mode is thread state the caller would inherit
-                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+                out = self.model.generate(
+                    input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=[keep]
+                )
             gen_dev = out.sequences[:, width:]
-            # each step's (B, V) raw logits to the sampled token's log-prob on the model's device: never a
-            # (B, L, V) stack, nor a copy of it in host memory (on a GPU with a 150k vocabulary that is gigabytes
-            # per chunk, and a CPU log-softmax over it)
-            logp = torch.stack(
-                [
-                    torch.log_softmax(step.float() if greedy else step.float() / params.temperature, dim=-1)
-                    .gather(-1, gen_dev[:, i, None])
-                    .squeeze(-1)
-                    for i, step in enumerate(out.logits)
-                ],
-                dim=1,
-            ).cpu()  # (B, L)
+            logp = keep.finish(gen_dev).cpu()  # (B, L)
             gen = gen_dev.cpu()
             del out, gen_dev
             is_eos = torch.isin(gen, torch.tensor(self.eos_ids))
