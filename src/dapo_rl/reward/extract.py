@@ -6,7 +6,8 @@ Three steps turn a model response into a comparable answer string:
    also "**Answer:**", "Final Answer: The final answer is ...", GSM8K's "#### 42") or the last ``\\boxed{...}`` / ``\\fbox{...}``,
    whichever comes later in the text. Boxes that end the response one after another ("\\boxed{1} and
    \\boxed{2}") are read together as one list answer. Only the last answer counts, so an earlier right answer
-   followed by a wrong one is wrong.
+   followed by a wrong one is wrong. A response cut inside its last box ("... \\boxed{1") has no final answer,
+   whatever boxes came before (:func:`has_open_final_box`).
    A long response with neither gives the last number or math span of its last sentences
    (:func:`fallback_final_answer`); a reference solution is read by :func:`gold_final_answer`.
 2. :func:`clean_answer` strips presentation: Markdown, math delimiters, ``\\text{}`` wrappers, units,
@@ -31,6 +32,7 @@ __all__ = [
     "fallback_final_answer",
     "find_boxed",
     "gold_final_answer",
+    "has_open_final_box",
     "has_top_level_equation",
     "is_hedged",
     "is_multi_valued",
@@ -115,6 +117,19 @@ def find_boxed(text: str) -> list[tuple[int, int, str]]:
                 continue
             boxes.append((start, after + token.end(), token.group(0)))
             pos = after + token.end()
+
+
+def _last_open_box(text: str, after: int) -> int | None:
+    """Start of the last ``\\boxed{`` / ``\\fbox{`` at or past ``after`` whose brace is never closed (a response cut
+    at the length limit: "... \\boxed{1", "\\boxed{\\frac{1}{2"), or ``None``. One pass over the text from ``after``
+    on (usually just what follows the last box), and only when a box starts there."""
+    tail = text[after:]
+    starts = [(m.start(), m.end()) for m in _BOX_START.finditer(tail) if tail.startswith("{", m.end())]
+    if not starts:
+        return None
+    pairs = _brace_pairs(tail)
+    open_starts = [start for start, brace in starts if brace not in pairs]
+    return after + open_starts[-1] if open_starts else None
 
 
 def _answer_line(text: str) -> tuple[int, int, str] | None:
@@ -265,7 +280,8 @@ def extract_final_answer(text: str) -> str | None:
         text: the decoded response (or a ground-truth solution holding ``\\boxed{}``).
 
     Returns:
-        The raw (uncleaned) answer text, or ``None`` when the text has neither an answer anchor nor a box.
+        The raw (uncleaned) answer text, or ``None`` when the text has neither an answer anchor nor a box, or
+        ends inside an open box.
 
         * Answer anchors: ``Answer:`` in any case (also inside "Final Answer:", "**Answer:**", "**Answer**:"),
           "The final answer is" and GSM8K's ``#### 42`` (not a Markdown heading such as "#### Step 2"); the
@@ -273,6 +289,9 @@ def extract_final_answer(text: str) -> str | None:
         * Boxes: ``\\boxed{..}`` and ``\\fbox{..}`` with balanced, possibly nested braces. Consecutive boxes
           at the end ("\\boxed{1}, \\boxed{2}") are joined into ``"1, 2"`` ("... or ..." when joined by
           "or"); identical repeats collapse to one.
+        * A box left open after the last complete box and the last answer line ("... \\boxed{12} is wrong, the
+          answer is \\boxed{1", a response cut at the length limit) means no final answer: ``None``
+          (:func:`has_open_final_box`).
         * When the last box lies inside the last answer line ("Answer: \\boxed{5}.") the box is returned,
           unless the rest of the line says "or"/"either" ("Answer: \\boxed{1} or 2"): then the whole line,
           so the hedge stays visible.
@@ -284,6 +303,8 @@ def extract_final_answer(text: str) -> str | None:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     line = _answer_line(text)
     box = _last_boxes(text)
+    if _open_final_box(text, line, box):
+        return None  # cut inside its last box: no final answer (has_open_final_box)
     if box is None:
         return None if line is None else line[2]
     if line is None:
@@ -299,6 +320,26 @@ def extract_final_answer(text: str) -> str | None:
         return box_text
     # The answer line comes after the box; an answer line that is only prose around nothing keeps priority.
     return line_text
+
+
+def has_open_final_box(text: str) -> bool:
+    """Whether the response's last answer is a box that never closes: a ``\\boxed{`` without its ``}`` after the
+    last complete box and the last "Answer:" line, as in a response cut at the length limit.
+
+    Such a response has no final answer (:func:`extract_final_answer` returns ``None``, and the verifier's
+    ``lenient`` fallback does not read one either): the earlier, complete box is not its answer ("... so
+    \\boxed{12} is wrong, actually the answer is \\boxed{1" is not 12), and the cut box may have gone on
+    ("\\boxed{1" of a "\\boxed{125}"). An "Answer:" line after the open box still counts ("\\boxed{1\\n\\nAnswer:
+    12" answers 12). DAPO keeps truncated samples, so training scores many such responses.
+    Source: marin-community/marin PR #9163 (an unterminated last box let an earlier box win).
+    """
+    return _open_final_box(text, _answer_line(text), _last_boxes(text))
+
+
+def _open_final_box(text: str, line: tuple[int, int, str] | None, box: tuple[int, int, str] | None) -> bool:
+    """:func:`has_open_final_box` given ``text``'s last answer line and last box."""
+    after = max(line[0] + 1 if line is not None else 0, box[0] + 1 if box is not None else 0)
+    return _last_open_box(text, after) is not None
 
 
 _CHAT_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|start_header_id)\|>|</s>")
@@ -647,25 +688,69 @@ def _closing_paren(s: str, open_index: int) -> int | None:
 
 _PYTHON_PI = re.compile(r"(?<![A-Za-z])pi(?![A-Za-z])")
 _PYTHON_SQRT = re.compile(r"(?<![A-Za-z])sqrt\s*\(")
+_PYTHON_FUNCTIONS = {
+    "sin": "\\sin",
+    "cos": "\\cos",
+    "tan": "\\tan",
+    "cot": "\\cot",
+    "sec": "\\sec",
+    "csc": "\\csc",
+    "asin": "\\arcsin",
+    "acos": "\\arccos",
+    "atan": "\\arctan",
+    "arcsin": "\\arcsin",
+    "arccos": "\\arccos",
+    "arctan": "\\arctan",
+    "sinh": "\\sinh",
+    "cosh": "\\cosh",
+    "tanh": "\\tanh",
+    "ln": "\\ln",
+    "log": "\\ln",
+}
+"""Python / sympy function names and the LaTeX commands they mean (sympy's ``log`` is the natural logarithm, as
+``math.log`` is; LaTeX's ``\\log`` is base 10 for Math-Verify)."""
+_PYTHON_FUNCTION = re.compile(
+    r"(?<![A-Za-z])(" + "|".join(sorted(_PYTHON_FUNCTIONS, key=len, reverse=True)) + r")\s*(?=\()"
+)
+_PYTHON_EXP = re.compile(r"(?<![A-Za-z])exp\s*\(")
+_PYTHON_INFINITY = re.compile(r"(?<![A-Za-z])oo(?![A-Za-z])")
+_PYTHON_WORDS = ("pi", "sqrt", "exp", "oo", *_PYTHON_FUNCTIONS)
 
 
-def _python_syntax(s: str) -> str:
-    """Plain-text mathematics in Python / sympy syntax as LaTeX: ``pi`` -> ``\\pi``, ``sqrt(x)`` -> ``\\sqrt{x}``
-    (``2*pi``, ``pi/2``, ``sqrt(2)/2``, ``2*sqrt(3)``), so that the LaTeX parser does not read ``pi`` as p times
-    i. Only text without a backslash is read this way (LaTeX already says what it means); ``*`` and powers
-    (:func:`_python_powers`) are read by both."""
-    if "\\" in s or ("pi" not in s and "sqrt" not in s):
-        return s
-    s = _PYTHON_PI.sub(r"\\pi", s)
-    for _ in range(s.count("sqrt")):
-        match = _PYTHON_SQRT.search(s)
+def _python_call(s: str, pattern: re.Pattern[str], opener: str) -> str:
+    """Each call ``name(arg)`` matched by ``pattern`` (which ends at its ``(``) as ``opener + arg + "}"``:
+    ``sqrt(2)`` -> ``\\sqrt{2}``, ``exp(x)`` -> ``e^{x}``; a call never closed is left as written."""
+    pos = 0
+    for _ in range(s.count("(")):
+        match = pattern.search(s, pos)
         if match is None:
             break
         end = _closing_paren(s, match.end() - 1)
         if end is None:
             break
-        s = s[: match.start()] + "\\sqrt{" + s[match.end() : end - 1] + "}" + s[end:]
+        s = s[: match.start()] + opener + s[match.end() : end - 1] + "}" + s[end:]
+        pos = match.start() + len(opener)
     return s
+
+
+def _python_syntax(s: str) -> str:
+    """Plain-text mathematics in Python / sympy syntax as LaTeX: ``pi`` -> ``\\pi``, ``sqrt(x)`` -> ``\\sqrt{x}``
+    (``2*pi``, ``pi/2``, ``sqrt(2)/2``, ``2*sqrt(3)``), functions as their commands (``sin(x)*2`` -> ``\\sin(x)*2``,
+    ``asin(x)`` -> ``\\arcsin(x)``, ``ln(2)`` and ``log(2)`` -> ``\\ln(2)``, ``exp(x)`` -> ``e^{x}``) and ``oo``
+    -> ``\\infty``, so that the LaTeX parser does not read ``pi`` as p times i or ``sin`` as s i n. Only text
+    without a backslash is read this way (LaTeX already says what it means); ``*`` and powers
+    (:func:`_python_powers`) are read by both.
+
+    Golds written for sympy rather than LaTeX (``sin(x)*2``, ``ln(2)``, ``sqrt(2)/2``, ``x**2``, ``pi/4``) so match
+    ``2\\sin x``, ``\\ln 2``, ``\\frac{\\sqrt{2}}{2}``, ``x^2``, ``\\frac{\\pi}{4}`` (scitix/sieval PR #90). String
+    rewriting only: neither side ever reaches sympy's ``parse_expr`` / ``sympify``, only the LaTeX parser."""
+    if "\\" in s or not any(word in s for word in _PYTHON_WORDS):
+        return s
+    s = _PYTHON_PI.sub(r"\\pi", s)
+    s = _PYTHON_INFINITY.sub(r"\\infty", s)
+    s = _PYTHON_FUNCTION.sub(lambda m: _PYTHON_FUNCTIONS[m.group(1)], s)
+    s = _python_call(s, _PYTHON_SQRT, "\\sqrt{")
+    return _python_call(s, _PYTHON_EXP, "e^{")
 
 
 _FRACTION_ARGS = re.compile(r"\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")

@@ -14,10 +14,11 @@ keeps DAPO's reward scale (+1 correct, -1 wrong, arXiv 2503.14476 §2.4) but jud
    against a gold that is one option letter, "B) 12" is read as its letter
    (:func:`~dapo_rl.reward.extract.choice_letter`); an answer written as its gold is right here, before any guard;
 3. refuse hedges (:func:`~dapo_rl.reward.extract.is_hedged`: "540 or 541") and inputs too large or too deep
-   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``); where the gold is an exact
-   rational number (not a decimal), refuse an answer whose value (after its last ``=``) is an unevaluated expression
-   of operations (:func:`is_unevaluated_expression`: ``17 \\cdot 23 - 4``, ``\\sum_{k=1}^{100} k``, ``2+3``,
-   ``2^{10}``, ``\\sqrt{16}``), which restates the problem instead of solving it (``12 + 5 = 17`` states its value;
+   to hand to sympy (length, bracket depth, exponent towers such as ``9^9^9^9``), except that an integer tower
+   on either side is compared without sympy first (``65536`` or ``2^{16}`` for ``2^{2^{2^{2}}}``); where the gold
+   is an exact rational number (not a decimal), refuse an answer whose value (after its last ``=``) is an
+   unevaluated expression of operations (:func:`is_unevaluated_expression`: ``17 \\cdot 23 - 4``,
+   ``\\sum_{k=1}^{100} k``, ``2+3``, ``2^{10}``, ``\\sqrt{16}``), which restates the problem instead of solving it (``12 + 5 = 17`` states its value;
    ``lenient=True`` accepts an expression when it evaluates to the gold);
 4. lists written with an ellipsis (``1, 3, 5, \\ldots, 2n-1``, also separated by ``;`` or ``:``) compare element
    by element;
@@ -48,6 +49,7 @@ from dapo_rl.reward.extract import (
     extract_final_answer,
     fallback_final_answer,
     gold_final_answer,
+    has_open_final_box,
     has_top_level_equation,
     is_hedged,
     last_right_hand_side,
@@ -64,6 +66,7 @@ __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_EXPONENT_DIGITS",
     "MAX_NESTING_DEPTH",
+    "MAX_TOWER_DIGITS",
     "RAW_ANSWER_CHARS",
     "SHORT_RESPONSE_CHARS",
     "answer_is_too_complex",
@@ -89,6 +92,10 @@ MAX_NESTING_DEPTH = 30
 
 MAX_EXPONENT_DIGITS = 4
 """Answers with a numeric exponent of more digits than this (``10^{12345}``) are wrong without parsing."""
+
+MAX_TOWER_DIGITS = 10_000
+"""An integer power tower (``2^{2^{2^{2}}}``) is evaluated, with Python integers, only while every power in it
+has at most this many digits; a larger one is compared by how it is written (:func:`_tower_verdict`)."""
 
 DECIMAL_REL_TOL = Fraction(5, 10**6)
 """Relative tolerance when a decimal takes part in a comparison: half a unit in the 6th significant digit, so
@@ -293,6 +300,113 @@ def answer_is_too_complex(answer: str) -> str | None:
     if _LONG_EXPONENT.search(answer) or _BIG_FACTORIAL.search(answer):
         return f"numeric exponent or factorial of more than {MAX_EXPONENT_DIGITS} digits"
     return None
+
+
+def _integer_power(s: str) -> tuple[str, int | None] | None:
+    """``(canonical form, value)`` of an answer made only of unsigned integers, ``^`` and brackets, else ``None``.
+
+    ``2^{2^{2^{2}}}``, ``2^2^2^2``, ``2^{ 2^{ 2^2 } }`` -> ``("(2^(2^(2^2)))", 65536)``; ``(2^2)^{2}`` ->
+    ``("((2^2)^2)", 16)``; ``65536`` -> ``("65536", 65536)``. ``^`` is right-associative; an unbraced exponent is
+    one digit, as in LaTeX (``2^16`` is not read). The value is computed with Python integers only while each
+    power stays within :data:`MAX_TOWER_DIGITS` digits, else it is ``None`` (``9^{9^{9^{9}}}``), so this never
+    hangs. Nothing reaches sympy. Call it only on a string that passed the length and nesting guards.
+    """
+    text = re.sub(r"\s+", "", s)
+    pos = 0
+
+    def power(is_exponent: bool) -> tuple[str, int | None]:
+        nonlocal pos
+        if pos < len(text) and text[pos] in "{(":
+            closer = "}" if text[pos] == "{" else ")"
+            pos += 1
+            form, value = power(False)
+            if pos >= len(text) or text[pos] != closer:
+                raise ValueError(s)
+            pos += 1
+        else:
+            digits = re.match(r"\d" if is_exponent else r"\d+", text[pos:])
+            if digits is None:
+                raise ValueError(s)
+            pos += digits.end()
+            if is_exponent and pos < len(text) and text[pos].isdigit():
+                raise ValueError(s)  # "2^16" is 2^1 then 6 in LaTeX: not read
+            form = digits.group(0).lstrip("0") or "0"
+            value = int(form) if len(form) <= MAX_ANSWER_CHARS else None
+        if pos < len(text) and text[pos] == "^":
+            pos += 1
+            exp_form, exponent = power(True)
+            form, value = f"({form}^{exp_form})", _pow(value, exponent)
+        return form, value
+
+    try:
+        form, value = power(False)
+    except (ValueError, RecursionError):
+        return None
+    return (form, value) if pos == len(text) else None
+
+
+def _pow(base: int | None, exponent: int | None) -> int | None:
+    """``base ** exponent`` when both are known and the result has at most :data:`MAX_TOWER_DIGITS` digits."""
+    if base is None or exponent is None:
+        return None
+    if base in (0, 1) or exponent == 0:
+        return base**exponent
+    if exponent.bit_length() > 32 or exponent * math.log10(base) >= MAX_TOWER_DIGITS:
+        return None
+    return base**exponent
+
+
+def _tower_verdict(pred: str, gold: str, lenient: bool) -> bool | None:
+    """Right / wrong for an answer or a gold that is a numeric power tower (``2^{2^{2^{2}}}``), decided without
+    sympy, else ``None`` (the usual path decides).
+
+    The tower guard (:func:`answer_is_too_complex`) keeps sympy away from ``9^9^9^9``, but it must not refuse an
+    answer equal to a tower-shaped gold (huggingface/Math-Verify #63). Both sides are read by
+    :func:`_integer_power`, or as a plain number (:func:`_as_exact_number`): written the same way
+    (``2^2^2^2`` for ``2^{2^{2^{2}}}``, ``9^9^9^9`` for ``9^{9^{9^{9}}}``) they are equal; else their values compare
+    while they stay within :data:`MAX_TOWER_DIGITS` digits (``2^{16}``, ``65536``, ``4^{2^{3}}`` for
+    ``2^{2^{2^{2}}}``), and a value beyond that is unequal to anything written differently. A tower answer for a
+    rational gold is an unevaluated expression (``2^{2^{2}}`` for 16): wrong unless ``lenient``. A tower answer
+    that is not read this way stays refused (wrong); a tower gold whose value is too large to compute never
+    reaches sympy.
+    """
+    if pred.count("^") + gold.count("^") < 2 or not _safe_size(pred) or not _safe_size(gold):
+        return None  # the guards and the usual path see to these
+    pred_tower, gold_tower = _has_numeric_tower(pred), _has_numeric_tower(gold)
+    if not pred_tower and not gold_tower:
+        return None
+    p, g = _tower_number(pred), _tower_number(gold)
+    if p is None or g is None:
+        if pred_tower:
+            return False  # refused, as any tower answer that cannot be evaluated safely
+        if g is not None and g[1] is None:
+            return False  # a gold too large to compute: only its own spelling matches it
+        return None
+    (p_form, p_value), (g_form, g_value) = p, g
+    if p_form is not None and p_form == g_form:
+        return True
+    if p_value is None or g_value is None:
+        return False
+    if p_value != g_value:
+        return False
+    if p_form is not None and "^" in p_form and g_form is None and _is_rational(gold):
+        return lenient  # "2^{2^{2}}" for 16 restates a computation (is_unevaluated_expression)
+    return True
+
+
+def _safe_size(s: str) -> bool:
+    return len(s) <= MAX_ANSWER_CHARS and _nesting_depth(s) <= MAX_NESTING_DEPTH
+
+
+def _tower_number(s: str) -> tuple[str | None, Fraction | int | None] | None:
+    """``(canonical form, value)`` by :func:`_integer_power` for a power of integers, ``(None, value)`` for another
+    plain number (``\\frac{1}{2}``, ``0.5``), else ``None``."""
+    if "^" in s:
+        found = _integer_power(s)
+        if found is not None:
+            return found
+    number = _as_exact_number(s) if len(s) <= 100 else None
+    return None if number is None else (None, number[0])
 
 
 def is_unevaluated_expression(answer: str) -> bool:
@@ -777,9 +891,10 @@ def compute_score_math(
     and the ground truth (:func:`~dapo_rl.reward.extract.clean_answer`) -> against a gold that is one capital
     letter, an option letter followed by its text ("B) 12", "(B) 12", "B: 12") is read as the letter
     (:func:`~dapo_rl.reward.extract.choice_letter`) -> an answer equal to the gold as written (whitespace aside)
-    is correct, before any guard (``2^{2^{2^{2}}}`` for itself) -> a hedge ("540 or 541", several
-    different values for a single-valued ground truth) is wrong -> guards (:func:`answer_is_too_complex`)
-    make over-long, over-nested or exponent-tower answers wrong without parsing -> against a rational gold,
+    is correct, before any guard (``2^{2^{2^{2}}}`` for itself) -> an integer power tower on either side is
+    compared by value or spelling without sympy (:func:`_tower_verdict`: ``2^{16}`` for ``2^{2^{2^{2}}}``)
+    -> a hedge ("540 or 541", several different values for a single-valued ground truth) is wrong -> guards
+    (:func:`answer_is_too_complex`) make over-long, over-nested or exponent-tower answers wrong without parsing -> against a rational gold,
     an unevaluated expression (:func:`is_unevaluated_expression`: ``2+3`` for 5) is wrong unless ``lenient``
     -> lists with an ellipsis
     compare element by element -> equal strings or equal plain numbers are correct (a decimal against an exact
@@ -828,7 +943,7 @@ def compute_score_math(
         gold_text = _ground_truth_text(ground_truth)
         raw = extract_final_answer(solution_str)
         if raw is None:
-            if not lenient:
+            if not lenient or has_open_final_box(solution_str):  # cut inside its last box: nothing to read
                 return {"score": WRONG_SCORE, "acc": False, "pred": INVALID_PRED}
             size = len(solution_str.strip())
             raw = solution_str if 0 < size <= SHORT_RESPONSE_CHARS else fallback_final_answer(solution_str)
@@ -845,6 +960,15 @@ def compute_score_math(
         # written as the gold: right before any guard ("2^{2^{2^{2}}}" for itself)
         if _compact(pred) == _compact(gold):
             return {"score": CORRECT_SCORE, "acc": True, "pred": pred}
+        tower = _tower_verdict(
+            pred, gold, lenient
+        )  # before the guard: "65536" or "2^{16}" for "2^{2^{2^{2}}}"
+        if tower is not None:
+            return {
+                "score": CORRECT_SCORE if tower else WRONG_SCORE,
+                "acc": tower,
+                "pred": pred[:MAX_ANSWER_CHARS],
+            }
         if answer_is_too_complex(pred) is not None:
             return {"score": WRONG_SCORE, "acc": False, "pred": pred[:MAX_ANSWER_CHARS]}
         if is_hedged(pred, gold):
