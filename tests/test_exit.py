@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from e2e import dapo, run_args
 
 from dapo_rl.checkpoint import checkpoint_problem
@@ -136,3 +137,56 @@ def _ours(pid: int) -> bool:
     except OSError:
         return False
     return "dapo_rl" in cmd or "multiprocessing" in cmd
+
+
+def test_a_stuck_engine_is_killed_at_its_request_deadline(model_dir):
+    """Review m4: an engine that is alive but never answers (stopped with SIGSTOP, as a hung collective would leave
+    it) raises at the request's deadline instead of holding the run forever, and is killed."""
+    import signal
+
+    from dapo_rl.rollout.base import SamplingParams
+    from dapo_rl.rollout.remote import generate_deadline_s
+
+    assert generate_deadline_s(16) == 900.0 and generate_deadline_s(20480) == 10240.0
+    engine = RemoteEngine(
+        EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1), request_timeout_s=3.0
+    )
+    pid = engine.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not answer within 3 s"):
+        engine.generate([[1, 2, 3]], SamplingParams(n=1, max_tokens=4))
+    assert time.monotonic() - t0 < 8.0
+    assert _gone(pid, 5.0)
+    engine.close()
+
+
+def test_weights_go_to_all_engines_at_once(model_dir):
+    """Review M3: two engine processes, each channel slowed to 0.25 s per tensor: a push of 4 tensors takes about
+    one engine's time (1 s), not the sum (2 s), and both engines then hold the pushed values."""
+    from dapo_rl.rollout.remote import RemoteEngines, WeightChannel
+
+    spec = EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1)
+    engines = RemoteEngines([spec, spec])
+    try:
+        for e in engines.engines:
+            channel = e._channel
+            real = WeightChannel.broadcast.__get__(channel)
+
+            def slow(t, real=real):
+                time.sleep(0.25)
+                real(t)
+
+            channel.broadcast = slow
+        from safetensors.torch import load_file
+
+        state = load_file(str(next(Path(model_dir).glob("*.safetensors"))))
+        names = sorted(n for n in state if n.endswith("layernorm.weight"))[:4]
+        tensors = [(n, torch.full_like(state[n], 0.5)) for n in names]
+        t0 = time.monotonic()
+        engines.update_weights(tensors)
+        took = time.monotonic() - t0
+        print(f"push of 4 tensors to 2 engines at 0.25 s per tensor each: {took:.2f} s")
+        assert 1.0 <= took < 1.7
+    finally:
+        engines.close()

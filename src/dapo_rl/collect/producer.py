@@ -60,6 +60,8 @@ class _Report:
     skipped: int = 0
     generate_s: float = 0.0
     score_s: float = 0.0
+    push_s: float = 0.0
+    """Seconds the producer spent pushing weights to the engines (all of them, at once)."""
 
 
 class GroupQueue:
@@ -301,6 +303,7 @@ class RolloutProducer:
             "train/skipped_prompts": rep.skipped,
             "time/generate_s": rep.generate_s,
             "time/score_s": rep.score_s,
+            "async/push_s": rep.push_s,
             "time/wait_s": time.perf_counter() - t0,
             "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
             "async/staleness_max": max(staleness, default=0),
@@ -408,7 +411,10 @@ class RolloutProducer:
                     self._idle = False
                     pending, self._pending = self._pending, None
                 if pending is not None:
+                    t0 = time.perf_counter()
                     self.engine.update_weights(pending[1])
+                    with self._cv:
+                        self._report.push_s += time.perf_counter() - t0
                     self.engine_version = pending[0]
                     del pending
                 self._round()

@@ -14,7 +14,7 @@ at once (NCCL user guide, "Thread safety"); the trainer's copy of the weights is
 this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s per engine, overlapped with training).
 
 `RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
-weight group; a push goes to each in turn.
+weight group; a push goes to all of them at once, one thread per engine.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM,
@@ -39,6 +39,20 @@ from dapo_rl.rollout.base import GenerationOutput, SamplingParams
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
+
+GENERATE_DEADLINE_FLOOR_S = 900.0
+"""The shortest deadline of one `generate` request, seconds (an engine's first request also compiles)."""
+
+MIN_DECODE_STEPS_PER_S = 2.0
+"""The slowest decoding an engine may show before it counts as stuck: `max_tokens` steps at this rate, the batch's
+sequences decoded side by side (a stuck engine is killed; see `RemoteEngine.generate`)."""
+
+
+def generate_deadline_s(max_tokens: int) -> float:
+    """Seconds one `generate` request of responses up to `max_tokens` tokens may take: the larger of
+    `GENERATE_DEADLINE_FLOOR_S` and `max_tokens / MIN_DECODE_STEPS_PER_S` (20,480 tokens: 10,240 s)."""
+    return max(GENERATE_DEADLINE_FLOOR_S, max_tokens / MIN_DECODE_STEPS_PER_S)
+
 
 CLOSE_LOCK_TIMEOUT_S = 10.0
 """Seconds `RemoteEngine.close` waits for a request in flight on another thread before it kills the process."""
@@ -216,6 +230,7 @@ class RemoteEngine:
     Args:
         spec: how the child builds its engine.
         start_timeout_s: seconds to wait for the child's engine to be built.
+        request_timeout_s: the deadline of each `generate` (None: `generate_deadline_s` of its `max_tokens`).
         connect: wait for the child to join and build its engine now (False: the caller calls `connect`; several
             engines then start side by side). The child is started here either way: from the thread that will
             outlive it (the kernel's parent-death signal follows the starting thread, not the process).
@@ -230,12 +245,14 @@ class RemoteEngine:
         spec: EngineSpec,
         start_timeout_s: float = 1800.0,
         connect: bool = True,
+        request_timeout_s: float | None = None,
     ):
         import multiprocessing as mp
 
         import torch.distributed as dist
 
         self.spec = spec
+        self.request_timeout_s = request_timeout_s
         self._lock = threading.Lock()
         self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         mpc = mp.get_context("spawn")
@@ -285,10 +302,23 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------------------------------------- protocol
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
-        """`RolloutEngine.generate`, sampled in the engine process."""
+        """`RolloutEngine.generate`, sampled in the engine process.
+
+        Raises:
+            RuntimeError: the process died, or did not answer within `request_timeout_s` (or `generate_deadline_s`
+                of the request): it is killed then, since an engine that is alive but stuck (a hung collective
+                inside vLLM) would otherwise hold the run forever (review async-lora m4).
+        """
+        timeout_s = self.request_timeout_s or generate_deadline_s(params.max_tokens)
         with self._lock:
             self._conn.send(("generate", prompts, params))
-            return self._answer()
+            try:
+                return self._answer(timeout_s)
+            except RuntimeError:
+                proc = self.proc
+                if proc is not None:
+                    children.kill(proc)
+                raise
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send new weights (Hugging Face names), one tensor at a time through the weight group (a tensor on a GPU
@@ -395,7 +425,7 @@ class RemoteEngine:
 class RemoteEngines:
     """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started one after another from
     this thread and built side by side; the rollout producer splits each round between them (`engines`). The engine
-    protocol on the group: `update_weights` pushes to every engine, one after the other; `generate` samples on the
+    protocol on the group: `update_weights` pushes to every engine at once (a thread each); `generate` samples on the
     first (validation and the weight-sync probe, with the producer paused); `check_weight_names` asks every engine;
     `close` stops them all.
 
@@ -436,10 +466,23 @@ class RemoteEngines:
         return self.engines[0].generate(prompts, params)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Push the same weights to every engine process, one after the other (staged in host memory, one copy)."""
-        tensors = [(n, t.detach().cpu()) for n, t in named_tensors]
-        for e in self.engines:
-            e.update_weights(tensors)
+        """Push the same weights to every engine process at once, one thread per engine over its own channel (staged
+        in host memory, one copy shared by the threads): all engines take about one engine's push time, not the
+        sum (review async-lora M3).
+
+        Raises:
+            RuntimeError: the first engine whose push failed (the other pushes are waited for).
+        """
+        tensors = [(n, t.detach().cpu().contiguous()) for n, t in named_tensors]
+        if len(self.engines) == 1:
+            self.engines[0].update_weights(tensors)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(self.engines), thread_name_prefix="dapo-weight-push") as pool:
+            futures = [pool.submit(e.update_weights, tensors) for e in self.engines]
+        for f in futures:
+            f.result()
 
     def check_weight_names(self, names: Iterable[str]) -> None:
         """Every engine's `check_weight_names`.
