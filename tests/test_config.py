@@ -213,3 +213,16 @@ def test_bf16_weights_are_refused_where_adamw_steps_would_round_away():
     ):
         load_config(None, ["model.dtype=bfloat16", "actor.lr=1e-6"])
     load_config(None, ["model.dtype=bfloat16", "actor.lr=1e-3"])  # large steps do land
+
+
+def test_the_engines_gpu_share_defaults_by_where_it_runs():
+    """Review async-lora m5: unset, vLLM takes half a GPU it shares with the actor and 0.9 of a GPU of its own
+    (asynchronous training); a value set is kept either way; outside [0, 1] is refused."""
+    from dapo_rl.config import RolloutConfig, validate_config
+
+    assert RolloutConfig().memory_share(own_gpu=False) == 0.5
+    assert RolloutConfig().memory_share(own_gpu=True) == 0.9
+    assert RolloutConfig(gpu_memory_utilization=0.7).memory_share(own_gpu=True) == 0.7
+    assert load_config(overrides=["rollout.gpu_memory_utilization=0.8"]).rollout.memory_share(own_gpu=False) == 0.8
+    with pytest.raises(ConfigError, match=r"rollout.gpu_memory_utilization=1.5 must be in \[0, 1\]"):
+        validate_config(load_config(overrides=["rollout.gpu_memory_utilization=1.5"]))

@@ -326,6 +326,14 @@ class ValKwargsConfig:
     `rollout.val_kwargs.top_k`; DAPO's script: -1)."""
 
 
+COLOCATED_GPU_MEMORY_UTILIZATION = 0.5
+"""vLLM's share of a GPU it shares with the actor (the synchronous loop; sleep mode frees it for the update)."""
+
+OWN_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's share of a GPU of its own (asynchronous training): weights and KV cache, the rest for CUDA graphs and the
+allocator's slack (vLLM's own default is 0.9)."""
+
+
 @dataclass
 class RolloutConfig:
     """The rollout engine and its sampling parameters."""
@@ -349,8 +357,18 @@ class RolloutConfig:
     """Sequences generated together: one batch of the transformers engine; vLLM's `max_num_seqs`."""
     kv_cache_gib: float = 1.0
     """vLLM on CPU: KV-cache size in GiB (without it vLLM-CPU reserves ~12 GiB)."""
-    gpu_memory_utilization: float = 0.5
-    """vLLM on GPUs: the share of GPU memory it may take (the actor shares the GPU)."""
+    gpu_memory_utilization: float = 0.0
+    """vLLM on GPUs: the share of GPU memory it may take; 0 (the default) picks it by where the engine runs:
+    `COLOCATED_GPU_MEMORY_UTILIZATION` (0.5) beside the actor, `OWN_GPU_MEMORY_UTILIZATION` (0.9) on a GPU of its
+    own (`async_training.max_staleness` >= 1), where the model must then fit one GPU (no tensor parallelism)."""
+
+    def memory_share(self, own_gpu: bool) -> float:
+        """`gpu_memory_utilization`, or its default for an engine beside the actor (`own_gpu` False) or on a GPU of
+        its own (True)."""
+        if self.gpu_memory_utilization > 0:
+            return self.gpu_memory_utilization
+        return OWN_GPU_MEMORY_UTILIZATION if own_gpu else COLOCATED_GPU_MEMORY_UTILIZATION
+
     tensor_model_parallel_size: int = 1
     """vLLM on GPUs: ranks that hold one engine together (tensor parallel); must divide the world size. Each
     group of this many consecutive ranks shares one colocated engine (`distributed_executor_backend=
@@ -389,6 +407,12 @@ class LoraConfig:
     init: str = "default"
     """PEFT's `init_lora_weights`: `default` (A Kaiming-uniform, B zero) or `gaussian` (A normal with std 1/r, B
     zero); either way the adapted model starts as the base model."""
+    merge: bool = False
+    """What the rollout engine receives after each update (verl's `actor_rollout_ref.model.lora.merge`). False: the
+    adapters alone, applied unmerged by the engine (the transformers engine runs the PEFT model; vLLM its LoRA
+    support, `enable_lora`); the base weights never travel. True: every weight, each adapted layer merged, W + delta,
+    in the engine's dtype; in bfloat16 this rounds away every |delta| below half a bf16 step of W (review async-lora
+    M2), so the engine samples a policy lagging the trainer's."""
 
 
 @dataclass
@@ -1057,6 +1081,10 @@ def validate_config(cfg: Config) -> None:
     if at.rollout_num_threads < 0:
         raise ConfigError(
             f"async_training.rollout_num_threads={at.rollout_num_threads} must be >= 0 (0: half)"
+        )
+    if not 0.0 <= r.gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            f"rollout.gpu_memory_utilization={r.gpu_memory_utilization} must be in [0, 1] (0: by where the engine runs)"
         )
     if r.n_gpus_per_node < 1:
         raise ConfigError(f"rollout.n_gpus_per_node={r.n_gpus_per_node} must be >= 1")

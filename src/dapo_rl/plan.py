@@ -633,7 +633,7 @@ def plan_recipe(
     engine_asleep = True
     if r.name == "vllm" and on_gpu:
         tp = r.tensor_model_parallel_size
-        engine = int(r.gpu_memory_utilization * gpu_bytes)
+        engine = int(r.memory_share(own_gpu=False) * gpu_bytes)
         engine_weights = math.ceil(n * 2 / tp)
         kv_room = engine - engine_weights
         if kv_per_token:
@@ -706,7 +706,7 @@ def plan_recipe(
             "gradient_checkpointing": act.gradient_checkpointing,
             "ppo_mini_batch_size": act.ppo_mini_batch_size,
             "ppo_epochs": act.ppo_epochs,
-            "gpu_memory_utilization": r.gpu_memory_utilization,
+            "gpu_memory_utilization": r.memory_share(own_gpu=False),
             "sleep_level": r.sleep_level,
             "kv_cache_gib": r.kv_cache_gib,
             "rollout_micro_batch_size": r.micro_batch_size,

@@ -276,7 +276,12 @@ class Trainer:
         try:
             if self.async_k > 0 and engine_here:
                 spec = EngineSpec(
-                    replace(cfg.rollout, sleep_level=0),  # the engine never sleeps: its device is its own
+                    # the engine never sleeps and takes most of its device: the device is its own (review async-lora m5)
+                    replace(
+                        cfg.rollout,
+                        sleep_level=0,
+                        gpu_memory_utilization=cfg.rollout.memory_share(own_gpu=True),
+                    ),
                     load_path,
                     device=ctx.device.type,
                     num_threads=max(1, self.engine_threads // n_engines) if self.engine_threads else 0,

@@ -101,7 +101,7 @@ def build_engine(
         dtype=dtype,
         max_model_len=max_model_len,
         kv_cache_gib=rollout.kv_cache_gib,
-        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        gpu_memory_utilization=rollout.memory_share(own_gpu=False),
         # ranks of one tensor-parallel group share an engine and must sample alike (as TRL seeds them)
         seed=seed + ctx.rank // tp,
         max_num_seqs=rollout.micro_batch_size,
