@@ -223,3 +223,20 @@ def test_actor_bypass_mode_skips_the_recompute_and_matches_it(tmp_path):
             AlgorithmConfig(rollout_correction=RolloutCorrectionConfig(bypass_mode=True)),
         )
         actor.update(_batch(tok))
+
+
+def test_truncated_sampling_bias_is_named_where_the_engines_logprobs_are_used():
+    """Issue 42 item 4: with top-p/top-k and engine log-probs standing in (async, bypass, IS), the transformers
+    engine's untruncated log-probs bias the ratio: one warning naming it; vLLM reports processed log-probs (none);
+    untruncated sampling, or a run that recomputes pi_old and uses mu nowhere, gets none either."""
+    from dapo_rl.algo.rollout_correction import truncated_sampling_bias
+
+    msg = truncated_sampling_bias("hf", 0.9, -1, engine_logprobs_stand_in=True)
+    assert msg.startswith(
+        "rollout.top_p=0.9 / rollout.top_k=-1: the hf engine reports log-probs of the untruncated"
+    )
+    assert truncated_sampling_bias("hf", 1.0, 20, engine_logprobs_stand_in=True) is not None
+    assert truncated_sampling_bias("vllm", 0.9, 20, engine_logprobs_stand_in=True) is None
+    assert truncated_sampling_bias("hf", 1.0, -1, engine_logprobs_stand_in=True) is None
+    assert truncated_sampling_bias("hf", 1.0, 0, engine_logprobs_stand_in=True) is None
+    assert truncated_sampling_bias("hf", 0.7, 5, engine_logprobs_stand_in=False) is None

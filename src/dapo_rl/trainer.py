@@ -31,6 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch, load_tokenizer, model_context_length
+from dapo_rl.algo.rollout_correction import truncated_sampling_bias
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
     latest_checkpoint,
@@ -68,7 +69,7 @@ from dapo_rl.distributed import (
 )
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
-from dapo_rl.rollout import SamplingParams, build_engine, check_engine
+from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
 from dapo_rl.rollout.remote import EngineSpec, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.summary import closing_summary
@@ -185,6 +186,17 @@ class Trainer:
         self.carry: list[PromptGroup] = []
         self.sigterm = False  # set by the SIGTERM handler during `fit`
         self.async_k = cfg.async_training.max_staleness
+        rc = cfg.algorithm.rollout_correction
+        bias = truncated_sampling_bias(
+            cfg.rollout.name,
+            cfg.rollout.top_p,
+            cfg.rollout.top_k,
+            engine_logprobs_stand_in=self.async_k > 0
+            or rc.bypass_mode
+            or bool(rc.rollout_is or rc.rollout_rs),
+        )
+        if bias is not None:
+            self.log(f"warning: {bias}")
         self.producer: RolloutProducer | None = None  # asynchronous training's rollout thread (K >= 1)
         self._async_state: dict | None = None  # its checkpointed state, on resume
         n_engines = cfg.rollout.n_gpus_per_node
@@ -273,12 +285,15 @@ class Trainer:
             attn_implementation=self.attn_implementation,
         )
         self.engine = None  # asynchronous training: only rank 0 has one (the engine processes)
+        # LoRA: the engine applies the adapters unmerged and only they travel (lora.py, "the adapter push")
+        self.push_adapters = lora and not cfg.actor.lora.merge
+        rollout_cfg = with_lora(cfg.rollout, cfg.actor.lora) if self.push_adapters else cfg.rollout
         try:
             if self.async_k > 0 and engine_here:
                 spec = EngineSpec(
                     # the engine never sleeps and takes most of its device: the device is its own (review async-lora m5)
                     replace(
-                        cfg.rollout,
+                        rollout_cfg,
                         sleep_level=0,
                         gpu_memory_utilization=cfg.rollout.memory_share(own_gpu=True),
                     ),
@@ -300,16 +315,26 @@ class Trainer:
                     + f"); trained groups lag the policy by at most async_training.max_staleness={self.async_k}"
                 )
             elif self.async_k == 0:
-                self.engine = build_engine(cfg.rollout, load_path, self.tokenizer, ctx=ctx, **engine_kwargs)
+                self.engine = build_engine(rollout_cfg, load_path, self.tokenizer, ctx=ctx, **engine_kwargs)
         except ValueError as e:
             raise ConfigError(str(e)) from e
         # the engine holds bf16 weights under bf16 compute: push bf16 (half the all-gather traffic under FSDP2)
         self._push_dtype = torch.bfloat16 if bf16 else None
-        self.actor.export_dtype = self._push_dtype  # checkpoints' model/ in what the engine samples with
+        # checkpoints' model/ in what the engine samples with; a LoRA run's merged model/ in float32, exact as
+        # `dapo export`'s (W + delta rounded to bf16 would lose the small deltas, review async-lora M2)
+        self.actor.export_dtype = torch.float32 if lora else self._push_dtype
+        if lora and cfg.actor.lora.merge and bf16 and ctx.rank == 0:
+            self.log(
+                "WARNING: actor.lora.merge=true with a bfloat16 engine: LoRA merged into bf16 weights loses every "
+                "adapter update below half a bf16 step of W, so the engine samples a policy lagging the trainer's "
+                "(docs/lora.md); actor.lora.merge=false pushes the adapters instead"
+            )
         check_names = getattr(self.engine, "check_weight_names", None)  # (None: no engine on this rank)
         if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:
-                check_names(self.actor.engine_weight_names())
+                check_names(
+                    self.actor.engine_adapter_names() if self.push_adapters else self.actor.engine_weight_names()
+                )
             except ValueError as e:
                 raise ConfigError(f"rollout.name={cfg.rollout.name}: {e}") from e
         # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
@@ -783,10 +808,18 @@ class Trainer:
         if status is not None:
             raise RuntimeError(f"rank 0's rollout producer failed ({status})")
 
+    def _engine_payload(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """What a push sends: the adapters alone under LoRA with `actor.lora.merge=false` (the engine holds the
+        base model it loaded; float32, a few MB), else every weight in the engine's dtype (`Actor.engine_weights`,
+        adapted layers merged). A collective under FSDP2."""
+        if self.push_adapters:
+            return self.actor.engine_adapters()
+        return self.actor.engine_weights(self._push_dtype)
+
     def _push_weights(self) -> None:
         """Give the engine the actor's weights now. A collective under FSDP2 (every parameter is gathered): a rank
         without an engine (asynchronous training, rank > 0) takes part and drops them."""
-        weights = self.actor.engine_weights(self._push_dtype)
+        weights = self._engine_payload()
         if self.engine is None:
             for _ in weights:
                 pass
@@ -801,7 +834,7 @@ class Trainer:
         if self.producer is not None:
             self.producer.discard_pending()
         weights = []
-        for name, t in self.actor.engine_weights(self._push_dtype):
+        for name, t in self._engine_payload():
             if self.producer is not None:
                 weights.append((name, _host_copy(t)))
         if self.producer is not None:

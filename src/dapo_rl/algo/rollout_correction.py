@@ -194,3 +194,35 @@ class MismatchStats:
             "rollout_corr/kl": s["kl"] / s["tokens"],
             "rollout_corr/k3_kl": s["k3"] / s["tokens"],
         }
+
+
+def truncated_sampling_bias(
+    engine: str, top_p: float, top_k: int, *, engine_logprobs_stand_in: bool
+) -> str | None:
+    """Why the engine's log-probs mu misstate the sampling distribution, when they stand in for pi_old or weigh the
+    loss (stale asynchronous rows, `bypass_mode`, `rollout_is` / `rollout_rs`), or None.
+
+    With nucleus or top-k sampling the engine samples from the truncated, renormalised distribution. vLLM reports
+    that distribution's log-probs (`logprobs_mode="processed_logprobs"`, `dapo_rl.rollout.vllm`); the transformers
+    engine reports the untruncated softmax's, so mu is too small for every sampled token and the ratio
+    pi_theta / mu, and the IS weights pi_old / mu, are biased upwards (vllm-project/vllm #42259,
+    huggingface/trl #6789).
+
+    Args:
+        engine: `rollout.name`.
+        top_p: `rollout.top_p` (1: off).
+        top_k: `rollout.top_k` (<= 0: off).
+        engine_logprobs_stand_in: whether the run uses mu at all (otherwise pi_old is recomputed and mu only feeds
+            the `rollout_corr/*` metrics).
+
+    Returns:
+        A one-line warning naming the bias and the settings that remove it, or None.
+    """
+    if not engine_logprobs_stand_in or (top_p >= 1.0 and top_k <= 0) or engine == "vllm":
+        return None
+    return (
+        f"rollout.top_p={top_p:g} / rollout.top_k={top_k}: the {engine} engine reports log-probs of the untruncated "
+        "distribution while it samples from the truncated one, so pi_theta / mu (and pi_old / mu) is biased "
+        "upwards on the rows where the engine's log-probs are used; use rollout.name=vllm (its processed "
+        "log-probs) or rollout.top_p=1 and rollout.top_k=-1"
+    )
