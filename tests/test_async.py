@@ -281,3 +281,26 @@ def test_a_partial_batch_splits_evenly_over_the_trainer_ranks():
     batch, stats = p.next_batch(8, 0)
     assert [g.key for g in batch] == [(1, 0), (1, 1)] and len(p.queue) == 1
     assert stats["train/kept_groups"] == 2 and notes == ["dynamic sampling: 3/8 groups queued after 0 rounds"]
+
+
+def test_the_host_staging_slots_are_reused_and_the_pushed_one_is_never_written():
+    """Review m2: the weights published each step go into the staging slot the producer is not pushing, and a slot
+    written again reuses its buffers (same storage, new values)."""
+    from dapo_rl.rollout.remote import HostStaging
+
+    staging = HostStaging()
+    w = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    a = staging.copy(0, "w", w)
+    b = staging.copy(1, "w", w + 1)
+    again = staging.copy(0, "w", w * 2)
+    assert again.data_ptr() == a.data_ptr() != b.data_ptr()
+    assert again.tolist() == (w * 2).tolist() and b.tolist() == (w + 1).tolist()
+    assert staging.copy(0, "w", w.double()).dtype == torch.float64  # a changed dtype: a new buffer
+
+    p = RolloutProducer(None, None, None, None, lambda: None, None, max_staleness=1)
+    assert p.discard_pending() == 0  # nothing being pushed: any slot
+    p.publish([("w", a)], 1, slot=0)
+    p._pushing = 0  # the producer's thread took slot 0 and is pushing it
+    assert p.discard_pending() == 1 and p._pending is None
+    p._pushing = 1
+    assert p.discard_pending() == 0

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,7 +71,7 @@ from dapo_rl.distributed import (
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
-from dapo_rl.rollout.remote import EngineSpec, RemoteEngines
+from dapo_rl.rollout.remote import EngineSpec, HostStaging, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.summary import closing_summary
 from dapo_rl.tracking import Tracking, check_trackers
@@ -333,7 +334,9 @@ class Trainer:
         if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:
                 check_names(
-                    self.actor.engine_adapter_names() if self.push_adapters else self.actor.engine_weight_names()
+                    self.actor.engine_adapter_names()
+                    if self.push_adapters
+                    else self.actor.engine_weight_names()
                 )
             except ValueError as e:
                 raise ConfigError(f"rollout.name={cfg.rollout.name}: {e}") from e
@@ -361,6 +364,7 @@ class Trainer:
             if lora:  # the engine holds the base model: give it the resumed adapters, merged
                 self._push_weights()
         if self.async_k > 0 and self.engine is not None:
+            self._staging = HostStaging()  # rank 0's two host copies of the weights, reused every step
             self.producer = RolloutProducer(
                 self.engine,
                 self.scorer,
@@ -829,16 +833,15 @@ class Trainer:
     def _publish_weights(self) -> None:
         """Asynchronous training, after the update: a copy of the weights for rank 0's producer to push between its
         rounds while the next step goes on. An older copy not taken by the producer yet is dropped first; one being
-        pushed stays until its push ends (at most two copies). The copy is in host memory (`_host_copy`), so the
-        trainer's GPU never holds the model twice. A collective (see `_push_weights`)."""
-        if self.producer is not None:
-            self.producer.discard_pending()
+        pushed stays until its push ends (at most two copies: `HostStaging`'s two slots, reused every step). The copy
+        is in host memory, so the trainer's GPU never holds the model twice. A collective (see `_push_weights`)."""
+        slot = self.producer.discard_pending() if self.producer is not None else 0
         weights = []
         for name, t in self._engine_payload():
             if self.producer is not None:
-                weights.append((name, _host_copy(t)))
+                weights.append((name, self._staging.copy(slot, name, t)))
         if self.producer is not None:
-            self.producer.publish(weights, self.step)
+            self.producer.publish(weights, self.step, slot)
 
     def sync_logprob_gap(self, max_tokens: int = 8) -> float:
         """After a weight push: the largest |engine - actor| log-prob over a few tokens the engine samples for the
@@ -1103,13 +1106,6 @@ def _engine_gpus(device: torch.device, n: int) -> list[str | None]:
             "set async_training.max_staleness=0"
         )
     return gpus[local : local + n]
-
-
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy of `t` in host memory that the actor will not change (a clone on CPU; a blocking copy from a GPU).
-    Pageable, not pinned: torch's pinned allocator rounds each block up to a power of two and keeps it cached
-    (1.9x the model's size on Qwen2.5-7B's shapes), and the push reads host memory anyway."""
-    return t.detach().to("cpu", copy=True)
 
 
 def resume_command(command: list[str] | None, external_launcher: bool) -> str:

@@ -169,7 +169,8 @@ class RolloutProducer:
         """The policy version the next batch is taken for (staleness is counted against it)."""
         self.rounds_total = 0
         self._cv = threading.Condition()
-        self._pending: tuple[int, list] | None = None  # (version, [(name, tensor)]) waiting for the engine
+        self._pending: tuple[int, list, int] | None = None  # (version, [(name, tensor)], slot) for the engine
+        self._pushing: int | None = None  # the staging slot being pushed now
         self._pause = 0
         self._idle = True
         self._stop = False
@@ -203,12 +204,12 @@ class RolloutProducer:
             if not self._thread.is_alive():
                 self._thread = None
 
-    def publish(self, weights: list, version: int) -> None:
+    def publish(self, weights: list, version: int, slot: int = 0) -> None:
         """Hand the producer the weights of policy `version` (`(name, tensor)` pairs the producer owns from now on:
-        copies, not the actor's parameters); it pushes them before its next round. A newer call replaces weights
-        not yet pushed."""
+        copies, not the actor's parameters, staged in `slot` of `dapo_rl.rollout.remote.HostStaging`); it pushes
+        them before its next round. A newer call replaces weights not yet pushed."""
         with self._cv:
-            self._pending = (version, weights)
+            self._pending = (version, weights, slot)
             self.learner_version = max(self.learner_version, version)
             self._cv.notify_all()
 
@@ -236,10 +237,12 @@ class RolloutProducer:
                 self._pause -= 1
                 self._cv.notify_all()
 
-    def discard_pending(self) -> None:
-        """Drop published weights not yet pushed (before building newer ones: never two copies at once)."""
+    def discard_pending(self) -> int:
+        """Drop published weights not yet pushed (before building newer ones: never more than two copies) and
+        return the staging slot the next ones may be written to: the one not being pushed now."""
         with self._cv:
             self._pending = None
+            return 0 if self._pushing is None else 1 - self._pushing
 
     def push_pending(self) -> None:
         """Inside `paused()`: give the engine the newest published weights now (before validating)."""
@@ -410,11 +413,15 @@ class RolloutProducer:
                         return
                     self._idle = False
                     pending, self._pending = self._pending, None
+                    self._pushing = None if pending is None else pending[2]
                 if pending is not None:
                     t0 = time.perf_counter()
-                    self.engine.update_weights(pending[1])
-                    with self._cv:
-                        self._report.push_s += time.perf_counter() - t0
+                    try:
+                        self.engine.update_weights(pending[1])
+                    finally:
+                        with self._cv:
+                            self._pushing = None
+                            self._report.push_s += time.perf_counter() - t0
                     self.engine_version = pending[0]
                     del pending
                 self._round()
