@@ -36,8 +36,9 @@ class GenerationOutput:
 
     Attributes:
         token_ids: response token ids, the eos token included when the model stopped.
-        logprobs: per-token log-probability under the sampling distribution after temperature, before top-k/top-p
-            (len == len(token_ids)), float.
+        logprobs: per-token log-probability under the sampling distribution after temperature (len ==
+            len(token_ids)), float; vLLM's after top-k/top-p too (its `processed_logprobs`), the transformers
+            engine's before them (see `dapo_rl.algo.rollout_correction.truncated_sampling_bias`).
         finish_reason: `stop` (eos emitted) or `length` (hit `max_tokens`: truncated).
         text: the decoded response when the engine returns text, not token ids (a served model,
             `OpenAIChatEngine`); None: decode `token_ids`.
