@@ -13,6 +13,11 @@ Prints three figures, measured in one single-process run:
     ``lenient=True`` changes, and responses scored per second.
 (c) Every reference answer of every shared dataset, written as "Answer: <gt>" and as "\\boxed{<gt>}", scored
     against the dataset's raw value: the number that fail (should be 0).
+(d) The answer grammars in front of the reasoning-gym scorers that evaluate text
+    (``dapo_rl.reward.answer_grammar``): the golds of ``--grammar-entries`` generated entries per task, each also
+    given with a trailing space (so the grammar decides, not the gold's verbatim pass), refused (should be 0); and
+    every reference answer of (c) through ``compute_score`` with ``auto`` routing, refused (should be 0: math rows
+    never meet a grammar).
 
 Run: ``python benchmarks/verifier_agreement.py [--data DIR]`` (default ``../shared/data`` next to the repo).
 """
@@ -172,11 +177,35 @@ def figure_c(data: Path) -> list[tuple[str, int, list[str]]]:
     return report
 
 
+def figure_d(data: Path, entries: int) -> tuple[dict[str, tuple[int, int]], int, int]:
+    import reasoning_gym
+
+    from dapo_rl.reward.answer_grammar import EVALUATING_TASKS, LITERAL, refusal
+    from dapo_rl.reward.score import compute_score
+
+    per_task = {}
+    for task in sorted(EVALUATING_TASKS):
+        golds = reasoning_gym.create_dataset(task, size=entries, seed=2026)
+        refused = sum(
+            refusal(task, e["answer"] if task in LITERAL else e["answer"] + " ", e["answer"], e["metadata"])
+            is not None
+            for e in golds
+        )
+        per_task[task] = (len(golds), refused)
+    total = refused_math = 0
+    for _, answers in reference_answers(data):
+        for gt in answers:
+            total += 1
+            refused_math += bool(compute_score("math", f"Answer: {gt}", gt).get("refused"))
+    return per_task, total, refused_math
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
+    parser.add_argument("--grammar-entries", type=int, default=500, help="(d): generated entries per task")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # Math-Verify logs every unparsable candidate
     compute_score_math("Answer: \\frac{1}{2}", "0.5")  # import and warm up Math-Verify outside the timings
@@ -232,6 +261,11 @@ def main() -> None:
         for response in failures[:5]:
             print(f"        {response[:100]!r}")
     print(f"    all datasets: {total} answers x 2 forms, {failed} failures")
+    print("\n(d) answer grammars of the reasoning-gym tasks whose scorers evaluate text: golds refused")
+    per_task, n_math, refused_math = figure_d(args.data, args.grammar_entries)
+    for task, (n, refused) in per_task.items():
+        print(f"    {task:<40} {n:>6} golds, {refused} refused")
+    print(f"    the reference answers of (c) through compute_score: {n_math} answers, {refused_math} refused")
 
 
 if __name__ == "__main__":
