@@ -106,9 +106,9 @@ def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(
     step4, step2 = run / "checkpoints" / "global_step_4", run / "checkpoints" / "global_step_2"
     damaged = _truncate_dcp(step4)
     assert checkpoint_problem(step4).startswith(str(damaged)) and checkpoint_problem(step2) is None
-    before = set(os.listdir("/proc"))
+    tag = f"damaged{k}"
     t0 = time.monotonic()
-    r = dapo(*args, "trainer.total_training_steps=6", "--resume")
+    r = dapo(*args, "trainer.total_training_steps=6", "--resume", env_extra={"DAPO_TEST_TAG": tag})
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-3000:]
     lines = [x for x in r.stderr.splitlines() if x.startswith("dapo: error:")]
@@ -117,12 +117,7 @@ def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(
     ), r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     print(f"K={k}: damaged checkpoint refused in {took:.1f} s: {lines[0]}")
-    leftover = [
-        p
-        for p in set(os.listdir("/proc")) - before
-        if p.isdigit() and not _gone(int(p), 5.0) and _ours(int(p))
-    ]
-    assert leftover == []
+    assert _left_after(tag) == []
     m = re.search(r"\(mv (\S+) (\S+)\)", lines[0])
     os.rename(m.group(1), m.group(2))
     r = dapo(*args, "trainer.total_training_steps=6", "--resume")
@@ -130,13 +125,29 @@ def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(
     assert "resumed from" in r.stdout + r.stderr and "step 2" in r.stdout + r.stderr
 
 
-def _ours(pid: int) -> bool:
-    """Whether `pid` is a dapo process (a trainer, an engine, a reward worker)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return "dapo_rl" in cmd or "multiprocessing" in cmd
+def _tagged(tag: str) -> list[int]:
+    """Live processes (zombies excluded) whose environment holds `DAPO_TEST_TAG=<tag>`: a run started with it and
+    every process it started (children inherit the environment)."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes()
+            state = Path(f"/proc/{p}/stat").read_text().split(") ")[1][0]
+        except (OSError, IndexError):
+            continue
+        if f"DAPO_TEST_TAG={tag}".encode() in env.split(b"\0") and state != "Z":
+            pids.append(int(p))
+    return pids
+
+
+def _left_after(tag: str, wait_s: float = 5.0) -> list[int]:
+    """`_tagged(tag)` once it is empty, or after `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while (left := _tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def test_a_stuck_engine_is_killed_at_its_request_deadline(model_dir):
@@ -190,3 +201,71 @@ def test_weights_go_to_all_engines_at_once(model_dir):
         assert 1.0 <= took < 1.7
     finally:
         engines.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [0, 1])
+def test_an_uncaught_error_mid_run_exits_with_no_process_left(base_model, tmp_path, k):
+    """An error nobody catches after the reward workers (and, K=1, the engine process) started (an injected
+    `RuntimeError` after step 2's update, as an out-of-memory error would be): the run prints the traceback and
+    exits 1, and no process of it is left (before: a hang at exit, review M1)."""
+    from e2e import FAULT
+
+    extra = ["trainer.total_training_steps=4", "trainer.test_freq=0", "reward.num_workers=2"]
+    if k:
+        extra.append("async_training.max_staleness=1")
+    tag = f"error{k}"
+    t0 = time.monotonic()
+    r = dapo(
+        *run_args(base_model, tmp_path / "run", *extra), env_extra={FAULT: "error:2", "DAPO_TEST_TAG": tag}
+    )
+    print(
+        f"K={k}: the run with an error at step 2 ended in {time.monotonic() - t0:.1f} s (start-up included)"
+    )
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "RuntimeError: injected fault: an error after the update" in r.stderr
+    assert _left_after(tag) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path):
+    """K=1: two SIGINTs half a second apart while the engine process samples: the run ends within 20 s of the
+    first, with no process left (before: the second one left `close` waiting on the engine's lock, and the
+    interpreter joined an engine that ignores SIGINT, review M1)."""
+    import signal
+
+    run = tmp_path / "run"
+    args = run_args(
+        base_model,
+        run,
+        "trainer.total_training_steps=50",
+        "trainer.test_freq=0",
+        "async_training.max_staleness=1",
+    )
+    env = dict(os.environ, DAPO_TEST_TAG="ctrlc")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dapo_rl.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"Ctrl-C twice: ended {took:.1f} s after the first, exit code {proc.returncode}")
+    assert took < 20
+    assert _left_after("ctrlc") == []

@@ -143,9 +143,10 @@ class Trainer:
             self.close()
             raise
 
-    def close(self, producer_timeout_s: float = 30.0) -> None:
-        """Stop what this trainer started, each part even if another failed: the rollout producer (waiting at most
-        `producer_timeout_s` for its round), the reward pool, the rollout engine(s). Idempotent.
+    def close(self) -> None:
+        """Stop what this trainer started, each part even if another failed: the rollout producer (told to stop,
+        not waited for: `fit` waits for its round on a normal exit; here its engines' end ends its round), the
+        reward pool, the rollout engine(s), then the producer's thread (5 s at most). Idempotent.
 
         Raises:
             RuntimeError: a part did not stop cleanly (the others were still stopped; the first error is raised).
@@ -153,9 +154,10 @@ class Trainer:
         producer, pool, engine = self.producer, self.pool, self.engine
         self.producer = self.pool = self.engine = None
         steps = (
-            (lambda: producer.stop(producer_timeout_s)) if producer is not None else None,
+            (lambda: producer.stop(0.0)) if producer is not None else None,
             pool.close if pool is not None else None,
             getattr(engine, "close", None),
+            (lambda: producer.stop(5.0)) if producer is not None else None,
         )
         first: BaseException | None = None
         for stop in steps:

@@ -12,7 +12,8 @@ that the process SIGKILLs itself, or trains on NaN advantages, there:
 - `update`: the optimizer steps taken (`Actor.update` returned), the engine not yet synced, nothing written;
 - `checkpoint`: the model written to the checkpoint's temporary directory (`Actor.save` returned inside
   `Trainer.save_checkpoint`), the trainer state not yet;
-- `nan_loss`: the step's advantages (`make_train_batch`'s batch) are NaN, so its loss is NaN.
+- `nan_loss`: the step's advantages (`make_train_batch`'s batch) are NaN, so its loss is NaN;
+- `error`: where `update` kills, an uncaught `RuntimeError` is raised instead (an out-of-memory error, a full disk).
 
 A malformed list stops the process at start-up (exit code 70) with a message; a point that cannot be wrapped (a
 renamed function) fails the import of `dapo_rl.trainer`. Either way the crash test sees no SIGKILL and fails, as it
@@ -29,7 +30,7 @@ import signal
 import sys
 
 FAULT_ENV = "DAPO_RL_FAULT_AT"
-POINTS = ("rollout", "update", "checkpoint", "nan_loss")
+POINTS = ("rollout", "update", "checkpoint", "nan_loss", "error")
 _ITEM = re.compile(rf"({'|'.join(POINTS)}):(\d+)(@\d+)?")
 
 
@@ -131,6 +132,8 @@ def install(trainer_module, faults: set[str]) -> None:
         out = update(self, *args, **kwargs)
         if at("update"):
             _kill()
+        if at("error"):
+            raise RuntimeError("injected fault: an error after the update (tests/faultinject)")
         return out
 
     @functools.wraps(save)

@@ -54,7 +54,7 @@ def generate_deadline_s(max_tokens: int) -> float:
     return max(GENERATE_DEADLINE_FLOOR_S, max_tokens / MIN_DECODE_STEPS_PER_S)
 
 
-CLOSE_LOCK_TIMEOUT_S = 10.0
+CLOSE_LOCK_TIMEOUT_S = 5.0
 """Seconds `RemoteEngine.close` waits for a request in flight on another thread before it kills the process."""
 
 _START_LOCK = threading.Lock()
