@@ -94,3 +94,19 @@ def assert_same_metrics(got: list[dict], want: list[dict]) -> None:
                 assert a == pytest.approx(b, abs=1e-6, rel=0), (g["step"], k, a, b)
                 worst = max(worst, abs(a - b))
     print(f"resumed vs uninterrupted: {len(want)} rows, largest metric difference {worst:.3g}")
+
+
+def gone(pid: int, wait_s: float = 10.0) -> bool:
+    """Whether process `pid` has ended (a zombie counts as ended) within `wait_s` seconds."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split(") ")[1].startswith("Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False

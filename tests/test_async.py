@@ -2,11 +2,10 @@
 engine in its own process (the tiny model's warm-up, the real verifier)."""
 
 import signal
-import time
 
 import pytest
 import torch
-from e2e import FAULT, assert_same_metrics, dapo, rows_of, run_args
+from e2e import FAULT, assert_same_metrics, dapo, gone, rows_of, run_args
 
 from dapo_rl.collect.producer import GroupQueue, RolloutProducer
 from dapo_rl.collect.records import PromptGroup, Rollout
@@ -149,20 +148,6 @@ def test_k0_is_the_synchronous_loop_exactly(base_model, tmp_path):
     assert_same_metrics(got, want)
 
 
-def _gone(pid: int, wait_s: float = 10.0) -> bool:
-    """Whether process `pid` has ended (a zombie counts as ended) within `wait_s`."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().split(") ")[1].startswith("Z"):
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base_model, tmp_path):
     """K = 1 on two trainer ranks (FSDP2, gloo) with two engine processes: the engines sample ahead, no trained
@@ -181,7 +166,7 @@ def test_k1_trains_groups_at_most_one_version_old_and_resumes_after_sigkill(base
     assert "rank 0 was killed by SIGKILL" in r.stderr
     line = re.search(r"runs in 2 process\(es\) of its own \(pid ([\d, ]+)", r.stdout + r.stderr)
     pids = [int(p) for p in line.group(1).split(", ")]
-    assert len(pids) == 2 and all(_gone(p) for p in pids), f"engine processes {pids} outlived their trainer"
+    assert len(pids) == 2 and all(gone(p) for p in pids), f"engine processes {pids} outlived their trainer"
     state = torch.load(run / "checkpoints" / "global_step_2" / "trainer_state.pt", weights_only=True)
     queued = [version for _, version, _ in state["async"]["queue"]]
     assert all(v <= 2 for v in queued)

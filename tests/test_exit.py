@@ -15,25 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from e2e import dapo, run_args
+from e2e import dapo, gone, run_args
 
 from dapo_rl.checkpoint import checkpoint_problem
 from dapo_rl.config import RolloutConfig
 from dapo_rl.rollout.remote import EngineSpec, RemoteEngine
-
-
-def _gone(pid: int, wait_s: float = 10.0) -> bool:
-    """Whether process `pid` has ended (a zombie counts) within `wait_s`."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().split(") ")[1].startswith("Z"):
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_an_uncaught_error_after_the_workers_and_engine_started_exits_at_once(model_dir):
@@ -59,7 +45,7 @@ def test_an_uncaught_error_after_the_workers_and_engine_started_exits_at_once(mo
     took = time.monotonic() - t0
     assert proc.returncode == 1 and "a damaged file after the workers started" in proc.stderr
     pids = [int(p) for p in re.search(r"pids ([\d ]+)", proc.stdout).group(1).split()]
-    assert len(pids) == 3 and all(_gone(p, 5.0) for p in pids), pids
+    assert len(pids) == 3 and all(gone(p, 5.0) for p in pids), pids
     print(f"exited {took:.1f} s after start (engine start included)")
     assert took < 60
 
@@ -80,7 +66,7 @@ def test_close_kills_an_engine_whose_request_does_not_finish(model_dir):
     t0 = time.monotonic()
     engine.close(lock_timeout_s=1.0)
     assert time.monotonic() - t0 < 5.0
-    assert _gone(pid, 5.0)
+    assert gone(pid, 5.0)
 
 
 def _truncate_dcp(ckpt: Path) -> Path:
@@ -168,7 +154,7 @@ def test_a_stuck_engine_is_killed_at_its_request_deadline(model_dir):
     with pytest.raises(RuntimeError, match="did not answer within 3 s"):
         engine.generate([[1, 2, 3]], SamplingParams(n=1, max_tokens=4))
     assert time.monotonic() - t0 < 8.0
-    assert _gone(pid, 5.0)
+    assert gone(pid, 5.0)
     engine.close()
 
 

@@ -40,6 +40,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dapo_rl.reward.extract import nesting_depth
+
 ARITHMETIC = frozenset({"countdown", "puzzle24"})
 """reasoning-gym tasks whose answer is an arithmetic expression over numbers (scored with ``parse_expr``)."""
 
@@ -93,17 +95,6 @@ def effective_task(task: str, metadata: Mapping[str, Any]) -> str:
     if task == "composite":
         return str(metadata.get("source_dataset", task))
     return task
-
-
-def _depth(text: str) -> int:
-    depth = best = 0
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in ")]}":
-            depth -= 1
-    return best
 
 
 def _names(value: Any) -> set[str]:
@@ -179,7 +170,7 @@ def refusal(task: str, answer: str, gold: Any, metadata: Mapping[str, Any] | Non
         return None
     if len(answer) > MAX_CHARS:
         return f"longer than {MAX_CHARS} characters"
-    if _depth(answer) > MAX_DEPTH:
+    if nesting_depth(answer) > MAX_DEPTH:
         return f"brackets nest deeper than {MAX_DEPTH}"
     if task in LITERAL:
         return _literal_refusal(answer)

@@ -1178,3 +1178,16 @@ def is_hedged(ans: str, ground_truth: str | None = None) -> bool:
         pieces.extend(p for p in re.split(r"(?i)(?<![A-Za-z\\])and(?![A-Za-z])", part))
     distinct = {re.sub(r"\s+", "", p) for p in pieces if p.strip()}
     return len(distinct) > 1
+
+
+def nesting_depth(s: str) -> int:
+    """How deep the brackets ``( [ {`` of `s` nest (unbalanced closers are not checked): ``"f((x))"`` -> 2.
+    Inputs nested deeper than a verifier's limit are refused before any parser sees them."""
+    depth = deepest = 0
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest

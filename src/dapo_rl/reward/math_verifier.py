@@ -54,6 +54,7 @@ from dapo_rl.reward.extract import (
     is_hedged,
     last_right_hand_side,
     looks_like_prose,
+    nesting_depth,
     split_top_level,
 )
 from dapo_rl.reward.result import CORRECT_SCORE, WRONG_SCORE, ScoreResult, error_result, timeout_result
@@ -207,17 +208,6 @@ def gsm8k_ground_truth(answer: str) -> str:
     return answer[marker + 4 :].strip().replace(",", "")
 
 
-def _nesting_depth(s: str) -> int:
-    depth = deepest = 0
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in ")]}":
-            depth -= 1
-    return deepest
-
-
 def _group_before(s: str, end: int) -> str:
     """The operand ending just before ``end``: a bracketed group or a run of digits/letters."""
     i = end - 1
@@ -293,7 +283,7 @@ def answer_is_too_complex(answer: str) -> str | None:
     """
     if len(answer) > MAX_ANSWER_CHARS:
         return f"answer longer than {MAX_ANSWER_CHARS} characters"
-    if _nesting_depth(answer) > MAX_NESTING_DEPTH:
+    if nesting_depth(answer) > MAX_NESTING_DEPTH:
         return f"brackets nested deeper than {MAX_NESTING_DEPTH}"
     if _has_numeric_tower(answer):
         return "numeric exponent tower or nested factorial"
@@ -395,7 +385,7 @@ def _tower_verdict(pred: str, gold: str, lenient: bool) -> bool | None:
 
 
 def _safe_size(s: str) -> bool:
-    return len(s) <= MAX_ANSWER_CHARS and _nesting_depth(s) <= MAX_NESTING_DEPTH
+    return len(s) <= MAX_ANSWER_CHARS and nesting_depth(s) <= MAX_NESTING_DEPTH
 
 
 def _tower_number(s: str) -> tuple[str | None, Fraction | int | None] | None:
