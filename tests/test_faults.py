@@ -68,7 +68,8 @@ def test_a_non_finite_or_non_numeric_score_is_an_error_result(fn, reason):
 
 
 def test_non_finite_scores_count_in_the_error_rate_through_the_pool():
-    with RewardPool(f"{__name__}:nan_reward", num_workers=1) as pool:
+    # 30 s: the first answer imports this file (and torch) in the worker, seconds on a busy machine
+    with RewardPool(f"{__name__}:nan_reward", num_workers=1, timeout_s=30.0) as pool:
         results = pool.score([("math", "Answer: 1", "1", None)] * 4)
     assert [r["score"] for r in results] == [-1.0] * 4
     assert summarize(results)["reward/error_rate"] == 1.0
