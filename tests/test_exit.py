@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from e2e import dapo, gone, run_args
+from e2e import FAULT, dapo, gone, run_args
 
 from dapo_rl.checkpoint import checkpoint_problem
 from dapo_rl.config import RolloutConfig
@@ -78,10 +78,10 @@ def _truncate_dcp(ckpt: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [0, 1])
-def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(base_model, tmp_path, k):
+def test_a_damaged_checkpoint_then_an_uncaught_error_leave_no_process(base_model, tmp_path, k):
     """Steps 1-4 with checkpoints at 2 and 4; step 4's largest DCP file cut in half (a full disk): `--resume` ends
     within seconds with exit 2 and one line naming the file and step 2's checkpoint, and leaves no process. Moving
-    the damaged one aside as the line says resumes from step 2."""
+    the damaged one aside as the line says resumes from step 2; an injected uncaught error then ends that run."""
     run = tmp_path / "run"
     extra = ["trainer.total_training_steps=4", "trainer.test_freq=0"]
     if k:
@@ -106,9 +106,25 @@ def test_a_damaged_checkpoint_gives_one_line_naming_the_file_and_the_intact_one(
     assert _left_after(tag) == []
     m = re.search(r"\(mv (\S+) (\S+)\)", lines[0])
     os.rename(m.group(1), m.group(2))
-    r = dapo(*args, "trainer.total_training_steps=6", "--resume")
-    assert r.returncode == 0, r.stderr[-3000:]
+    # resumed from step 2 as the line says; an error nobody catches after step 3's update (as an out-of-memory
+    # error would be), with two reward workers (and, K=1, the engine process) running: the traceback, exit 1, and
+    # no process of the run left (before: a hang at exit, review M1)
+    tag = f"error{k}"
+    t0 = time.monotonic()
+    r = dapo(
+        *args,
+        "trainer.total_training_steps=6",
+        "reward.num_workers=2",
+        "--resume",
+        env_extra={FAULT: "error:3", "DAPO_TEST_TAG": tag},
+    )
+    print(
+        f"K={k}: the resumed run with an error at step 3 ended in {time.monotonic() - t0:.1f} s (start-up included)"
+    )
+    assert r.returncode == 1, r.stderr[-3000:]
     assert "resumed from" in r.stdout + r.stderr and "step 2" in r.stdout + r.stderr
+    assert "RuntimeError: injected fault: an error after the update" in r.stderr
+    assert _left_after(tag) == []
 
 
 def _tagged(tag: str) -> list[int]:
@@ -187,30 +203,6 @@ def test_weights_go_to_all_engines_at_once(model_dir):
         assert 1.0 <= took < 1.7
     finally:
         engines.close()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("k", [0, 1])
-def test_an_uncaught_error_mid_run_exits_with_no_process_left(base_model, tmp_path, k):
-    """An error nobody catches after the reward workers (and, K=1, the engine process) started (an injected
-    `RuntimeError` after step 2's update, as an out-of-memory error would be): the run prints the traceback and
-    exits 1, and no process of it is left (before: a hang at exit, review M1)."""
-    from e2e import FAULT
-
-    extra = ["trainer.total_training_steps=4", "trainer.test_freq=0", "reward.num_workers=2"]
-    if k:
-        extra.append("async_training.max_staleness=1")
-    tag = f"error{k}"
-    t0 = time.monotonic()
-    r = dapo(
-        *run_args(base_model, tmp_path / "run", *extra), env_extra={FAULT: "error:2", "DAPO_TEST_TAG": tag}
-    )
-    print(
-        f"K={k}: the run with an error at step 2 ended in {time.monotonic() - t0:.1f} s (start-up included)"
-    )
-    assert r.returncode == 1, r.stderr[-3000:]
-    assert "RuntimeError: injected fault: an error after the update" in r.stderr
-    assert _left_after(tag) == []
 
 
 @pytest.mark.slow
