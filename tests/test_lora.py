@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError, LoraConfig, load_config
 from dapo_rl.distributed import DistContext, shard_minibatches, shutdown
+from dapo_rl.lora import lora_layers
 from dapo_rl.models.tiny import build_tiny_tokenizer
 from dapo_rl.rollout import HFRolloutEngine, SamplingParams
 
@@ -272,3 +273,71 @@ def test_sigkill_then_resume_of_a_lora_run_gives_the_same_metrics_and_small_chec
     assert "Traceback" not in r.stderr
     r = dapo("export", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and "no such directory" in r.stderr
+
+
+def _teacher_forced(model, prompts, groups) -> torch.Tensor:
+    """Log-probs (temperature 1) of the sampled tokens under `model`, one unpadded sequence per forward."""
+    out = []
+    with torch.no_grad():
+        for p, g in zip(prompts, groups):
+            for o in g:
+                logits = model(input_ids=torch.tensor([p + o.token_ids])).logits[0, len(p) - 1 : -1].float()
+                lp = torch.log_softmax(logits, -1)
+                out.append(lp.gather(-1, torch.tensor(o.token_ids)[:, None]).squeeze(-1))
+    return torch.cat(out)
+
+
+def test_a_bf16_merge_drops_small_adapter_updates_that_the_adapter_push_keeps(model_dir):
+    """Review async-lora M2: on bf16 weights W + delta rounds back to W wherever |delta| < ulp(W)/2; the adapter push
+    (`actor.lora.merge=false`) gives the transformers engine the adapters unmerged, so it holds the actor's policy."""
+    from dapo_rl.lora import adapter_weights, merged_layer_weights
+
+    lora = LoraConfig(rank=8, alpha=16.0)
+    actor = Actor(
+        str(model_dir), _cfg(rank=8, alpha=16.0), AlgorithmConfig(), dtype="bfloat16", temperature=1.0
+    )
+    layers = lora_layers(actor.model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in layers.values():
+            b = layer.lora_B["default"].weight
+            b.copy_(torch.randn(b.shape, generator=g) * 5e-5)  # |dW|/|W| ~ 5e-4 here
+    # the merged push: W + delta in bf16 keeps a small share of delta
+    merged = dict(merged_layer_weights(actor.model, torch.bfloat16))
+    kept, rel = [], []
+    for name, layer in layers.items():
+        w = layer.base_layer.weight.float()
+        delta = layer.get_delta_weight("default").detach().float()
+        kept.append(float((merged[f"{name}.weight"].float() - w - delta).norm() / delta.norm()))
+        rel.append(float(delta.norm() / w.norm()))
+    err, ratio = sum(kept) / len(kept), sum(rel) / len(rel)
+    print(f"|dW|/|W| {ratio:.1e}: the bf16 merge is {100 * err:.0f}% off the adapters' delta")
+    assert 2e-4 < ratio < 1e-3 and err > 0.8  # measured: 5.5e-4, 89% off
+
+    tok = build_tiny_tokenizer()
+    prompts = [tok(f"{i} + {3 * i} =\n")["input_ids"] for i in range(4)]
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=16, seed=5)
+
+    def engine(with_adapters: bool):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        eng = HFRolloutEngine(model, tok, lora=lora if with_adapters else None)
+        eng.update_weights(
+            adapter_weights(actor.peft) if with_adapters else actor.engine_weights(torch.bfloat16)
+        )
+        return eng
+
+    gaps = {}
+    for with_adapters in (False, True):
+        eng = engine(with_adapters)
+        groups = eng.generate(prompts, params)
+        gaps[with_adapters] = float(
+            (_teacher_forced(eng.model, prompts, groups) - _teacher_forced(actor.model, prompts, groups))
+            .abs()
+            .max()
+        )
+    print(
+        f"engine vs actor, same tokens, teacher-forced: merged push {gaps[False]:.2e}, adapter push {gaps[True]:.2e}"
+    )
+    assert (
+        gaps[True] == 0.0 and gaps[False] > 1e-3
+    )  # the same PEFT forward on the same weights; merged: measured

@@ -795,6 +795,27 @@ class Actor:
         plain, merged = self._push_names(self.model.state_dict())
         return [hf for _, hf in plain] + merged
 
+    def engine_adapters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Under LoRA: `(PEFT file name, full float32 tensor)` of every adapter, one at a time, for an engine that
+        holds the base model and applies the adapters unmerged (`actor.lora.merge=false`;
+        `dapo_rl.lora.adapter_weights`). Only the adapters travel (r x (in + out) per adapted layer, not the model),
+        in float32: the engine casts them to its own dtype, as the actor's autocast does. A collective under FSDP2.
+
+        Raises:
+            ValueError: the actor has no adapters.
+        """
+        if self.peft is None:
+            raise ValueError("engine_adapters: the actor has no LoRA adapters (actor.lora.rank=0)")
+        from dapo_rl.lora import adapter_weights
+
+        return adapter_weights(self.peft)
+
+    def engine_adapter_names(self) -> list[str]:
+        """The names `engine_adapters` yields, in its order, without gathering anything."""
+        from dapo_rl.lora import saved_name
+
+        return [saved_name(n) for n, _ in self.peft.named_parameters() if is_adapter_name(n)]
+
     def nonfinite_parameters(self) -> list[str]:
         """Names of parameters holding NaN or inf on any rank (the same list on every rank)."""
         local = [n for n, p in self.model.named_parameters() if not torch.isfinite(_local(p)).all()]

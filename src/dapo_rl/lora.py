@@ -123,7 +123,9 @@ def merged_layer_weights(
 
     Args:
         model: the wrapped model's base (`PeftModel.get_base_model()`), sharded or not.
-        dtype: cast each merged weight to this dtype (None: W's dtype).
+        dtype: the merged weights' dtype (None: W's dtype). W + delta is formed in float32 and rounded once to it;
+            in bfloat16 every |delta| below half a bf16 step of W is lost (review async-lora M2): the engine's
+            adapter push (`adapter_weights`) avoids that.
         sharded: the model is FSDP2-sharded.
 
     Returns:
@@ -149,9 +151,10 @@ def merged_layer_weights(
                 for name in names:
                     layer = layers[name]
                     w = layer.base_layer.weight
-                    merged = w + layer.get_delta_weight(ADAPTER).to(w.dtype)
-                    if dtype is not None:
-                        merged = merged.to(dtype)
+                    # in fp32, then one rounding to the output dtype: a bf16 W + delta formed in bf16 would round
+                    # the delta to W's grid first (bit-equal to today's fp32 merge when W is fp32)
+                    merged = w.float() + layer.get_delta_weight(ADAPTER).float()
+                    merged = merged.to(dtype if dtype is not None else w.dtype)
                     yield f"{name}.weight", merged.detach()
             finally:
                 if unit is not None:
@@ -209,3 +212,128 @@ def export_merged(checkpoint: str, output: str | None = None, dtype: str = "floa
     merged.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return str(out)
+
+
+# ---------------------------------------------------------------------------------------------- the adapter push
+# Under `actor.lora.merge=false` (the default) a rollout engine holds the base model (loaded from the same base
+# checkpoint as the actor) and the adapters, unmerged: only the adapters travel after each update, and the engine
+# computes W x + s B A x as the actor does, so no adapter update is rounded away on W's bf16 grid (review async-lora
+# M2; verl's adapter sync: `verl/utils/fsdp_utils.py::collect_lora_params`, `verl/workers/fsdp_workers.py`
+# `base_sync_done`, loaded by `verl/workers/rollout/vllm_rollout/utils.py` with `TensorLoRARequest`).
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM 0.32 takes for `max_lora_rank` (`vllm/config/lora.py`, `MaxLoRARanks`)."""
+
+
+def saved_name(name: str) -> str:
+    """PEFT's file name of an adapter parameter (`get_peft_model_state_dict`'s convention): the adapter's own name
+    dropped, `...q_proj.lora_A.default.weight` -> `...q_proj.lora_A.weight`."""
+    return name.replace(f".{ADAPTER}.", ".")
+
+
+def adapter_weights(peft_model) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(PEFT file name, full float32 tensor)` of every adapter (`lora_A`: (r, in), `lora_B`: (out, r)), one at a
+    time: what the actor pushes to an engine that applies the adapters unmerged. Under FSDP2 each is all-gathered
+    (a collective: every rank consumes the iterator to the end). Names as in `adapter_model.safetensors`:
+    `base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`."""
+    for name, t in adapter_state(peft_model):
+        yield saved_name(name), t.float()
+
+
+def target_modules_of(names) -> list[str]:
+    """The module leaf names (`q_proj`, `down_proj`, ...) that adapter file names adapt, sorted: the explicit
+    `target_modules` an engine's adapter config needs (the actor's `all-linear` resolved)."""
+    return sorted({n.split(".lora_")[0].rsplit(".", 1)[-1] for n in names if is_adapter_name(n)})
+
+
+def wrap_engine_model(model, cfg: LoraConfig):
+    """The transformers engine's model with the actor's adapters, unmerged (PEFT's `get_peft_model`, in eval mode,
+    dropout off): `lora_B` starts at zero, so it samples the base model until the first `load_adapter_weights`.
+
+    Raises:
+        ConfigError: as `wrap_model` (PEFT missing, unknown or tied `target_modules`).
+    """
+    from dataclasses import replace
+
+    return wrap_model(model, replace(cfg, dropout=0.0), seed=0).eval()
+
+
+def load_adapter_weights(peft_model, named_tensors) -> None:
+    """Copy adapters given under PEFT's file names (`adapter_weights`) into `peft_model`'s, in place (cast to their
+    dtype). Every adapter of the model must come, and nothing else.
+
+    Raises:
+        ValueError: a name the model has no adapter for, or adapters left without a value (both listed).
+    """
+    params = {
+        saved_name(n): p for n, p in peft_model.named_parameters() if is_adapter_name(n)
+    }  # the adapters of the one adapter PEFT holds
+    unknown: list[str] = []
+    seen: set[str] = set()
+    with torch.no_grad():
+        for name, t in named_tensors:
+            p = params.get(name)
+            if p is None:
+                unknown.append(name)
+                continue
+            p.copy_(t)
+            seen.add(name)
+    missing = sorted(set(params) - seen)
+    if unknown or missing:
+        raise ValueError(
+            "the adapter push does not match the engine's adapters: "
+            + "; ".join(
+                part
+                for part in (
+                    f"{len(unknown)} unknown: {', '.join(unknown[:4])}" if unknown else "",
+                    f"{len(missing)} not pushed: {', '.join(missing[:4])}" if missing else "",
+                )
+                if part
+            )
+        )
+
+
+def write_adapter(path: str, named_tensors, cfg: LoraConfig) -> list[str]:
+    """Write adapters (PEFT file names, as `adapter_weights` yields them) as a PEFT adapter directory that vLLM's
+    `LoRARequest(name, id, path)` loads: `adapter_model.safetensors` and `adapter_config.json` (r, lora_alpha,
+    the adapted module names listed explicitly: vLLM does not resolve `all-linear`).
+
+    Returns:
+        The adapted module leaf names (`target_modules`).
+    """
+    import json
+
+    from safetensors.torch import save_file
+
+    tensors = {n: t.detach().contiguous().cpu() for n, t in named_tensors}
+    targets = target_modules_of(tensors)
+    os.makedirs(path, exist_ok=True)
+    save_file(tensors, os.path.join(path, "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": cfg.rank,
+        "lora_alpha": cfg.alpha,
+        "lora_dropout": 0.0,
+        "target_modules": targets,
+        "bias": "none",
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+        "fan_in_fan_out": False,
+    }
+    with open(os.path.join(path, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    return targets
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM takes that holds `rank`.
+
+    Raises:
+        ValueError: `rank` is above vLLM's largest (512).
+    """
+    for r in VLLM_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"actor.lora.rank={rank}: vLLM serves adapters up to rank {VLLM_LORA_RANKS[-1]}")

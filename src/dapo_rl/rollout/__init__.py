@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
+from dapo_rl.config import LoraConfig, RolloutConfig
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.hf import HFRolloutEngine
 
 __all__ = [
     "GenerationOutput",
     "HFRolloutEngine",
+    "LoraRolloutConfig",
     "RolloutEngine",
     "SamplingParams",
     "build_engine",
     "check_engine",
+    "with_lora",
 ]
 
 ENGINES = ("hf", "vllm")
 """Values of `rollout.name`."""
+
+
+@dataclass
+class LoraRolloutConfig(RolloutConfig):
+    """A `RolloutConfig` whose engine applies the actor's LoRA adapters unmerged (`actor.lora.merge=false`): what
+    `build_engine` takes, in this process or in an asynchronous engine's (`EngineSpec.rollout`, pickled)."""
+
+    lora: LoraConfig | None = None
+    """The actor's `actor.lora` (rank > 0), or None: an engine for merged or full weights."""
+
+
+def with_lora(rollout: RolloutConfig, lora: LoraConfig) -> LoraRolloutConfig:
+    """`rollout`'s settings, for an engine that applies `lora`'s adapters unmerged."""
+    from dataclasses import fields
+
+    return LoraRolloutConfig(**{f.name: getattr(rollout, f.name) for f in fields(RolloutConfig)}, lora=lora)
 
 
 def check_engine(rollout, ctx=None, setting: str = "rollout.name") -> None:
@@ -65,6 +85,8 @@ def build_engine(
       `rollout.kv_cache_gib` on CPU, `rollout.gpu_memory_utilization` on GPUs). Under several ranks on GPUs it is
       colocated in every rank (`external_launcher`, `rollout.tensor_model_parallel_size`, sleep mode
       `rollout.sleep_level`).
+    - a `LoraRolloutConfig` with `lora`: either engine holds the base model and applies pushed adapters unmerged
+      (transformers: the PEFT model; vLLM: `enable_lora`).
 
     Args:
         rollout: `RolloutConfig` (or any object with its fields).
@@ -86,13 +108,14 @@ def build_engine(
 
     ctx = ctx or DistContext()
     check_engine(rollout, ctx)
+    lora = getattr(rollout, "lora", None)
     if rollout.name == "hf":
         from dapo_rl.actor import load_model
 
         model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
             ctx.device
         )
-        return HFRolloutEngine(model, tokenizer, micro_batch_size=rollout.micro_batch_size)
+        return HFRolloutEngine(model, tokenizer, micro_batch_size=rollout.micro_batch_size, lora=lora)
     from dapo_rl.rollout.vllm import VLLMRolloutEngine
 
     tp = rollout.tensor_model_parallel_size
@@ -110,6 +133,7 @@ def build_engine(
         external_launcher=ctx.distributed,
         trust_remote_code=trust_remote_code,
         enforce_eager=gpu_off(getattr(rollout, "enforce_eager", None), ctx),
+        lora=lora,
     )
 
 

