@@ -51,5 +51,37 @@ def escape(data_source, solution_str, ground_truth, extra_info=None):
         "exec": attempt(lambda: subprocess.run(["/bin/true"], check=True)),
         "thread": attempt(thread),
         "signal_parent": attempt(lambda: os.kill(os.getppid(), 0)),
+        "unix_socket": attempt(
+            lambda: socket.socket(socket.AF_UNIX)
+        ),  # multiprocessing's fork server listens on one
+        # (the listing's own descriptor is closed again once it returns)
+        "inherited_fds": [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _open(fd)],
     }
     return {"score": -1.0, "acc": False, "pred": json.dumps(out)}
+
+
+def _open(fd: int) -> bool:
+    import os
+
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+class _RunsWhenUnpickled:
+    """An object whose unpickling runs a command: what a worker that ran code could try to send back."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.path}",))
+
+
+def unpickle_bomb(data_source, solution_str, ground_truth, extra_info=None):
+    """A result carrying `_RunsWhenUnpickled(ground_truth)`: the trainer must read it as data."""
+    return {"score": -1.0, "acc": False, "pred": "x", "payload": _RunsWhenUnpickled(ground_truth)}

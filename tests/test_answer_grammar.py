@@ -206,6 +206,7 @@ def test_a_pool_worker_is_confined(tmp_path):
     finally:
         listener.close()
     got = json.loads(res["pred"])
+    assert len(got.pop("inherited_fds")) == 1  # its pipe to the pool, nothing the fork server handed it
     assert got == {
         "write_outside": "PermissionError",
         "write_inside": "ok",
@@ -214,6 +215,7 @@ def test_a_pool_worker_is_confined(tmp_path):
         "exec": "PermissionError",
         "thread": "ok",
         "signal_parent": "PermissionError",
+        "unix_socket": "PermissionError",
     }
     assert got["connect"] in ("PermissionError", "OSError", "ConnectionRefusedError")
     assert not outside.exists() and not Path(workdir).exists()
@@ -276,3 +278,13 @@ def test_confine_reports_each_layer(tmp_path):
     )
     assert json.loads(proc.stdout) == [True, True, True, True, []]
     assert confine.__module__ == "dapo_rl.sandbox"
+
+
+def test_what_a_worker_sends_back_is_read_as_data(tmp_path):
+    """Review of issue 42, M1: a worker's result is JSON, never unpickled in the trainer: an object built to run
+    a command when unpickled arrives as its text, and nothing runs."""
+    marker = tmp_path / "ran-in-the-trainer"
+    with RewardPool("reward_fixtures:unpickle_bomb", 1, 20.0) as pool:
+        (res,) = pool.score([("x", "y", str(marker), None)])
+    assert res["score"] == -1.0 and isinstance(res["payload"], str) and "RunsWhenUnpickled" in res["payload"]
+    assert not marker.exists()

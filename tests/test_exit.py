@@ -161,6 +161,7 @@ def test_a_stuck_engine_is_killed_at_its_request_deadline(model_dir):
     from dapo_rl.rollout.remote import generate_deadline_s
 
     assert generate_deadline_s(16) == 900.0 and generate_deadline_s(20480) == 10240.0
+    assert generate_deadline_s(20480, 8192, 512) == 16 * 10240.0  # 16 batches of 512 sequences
     engine = RemoteEngine(
         EngineSpec(RolloutConfig(name="hf"), str(model_dir), 64, num_threads=1), request_timeout_s=3.0
     )
@@ -247,3 +248,37 @@ def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path):
     print(f"Ctrl-C twice: ended {took:.1f} s after the first, exit code {proc.returncode}")
     assert took < 20
     assert _left_after("ctrlc") == []
+
+
+def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):
+    """Files of a checkpoint checked without loading it: a DCP data file cut short and a cut `trainer_state.pt` are
+    named; the newest intact older checkpoint is found; a load error that is not damage (a shape mismatch, no
+    memory) is not called damage (review of issue 42, m2)."""
+    import pickle
+
+    import torch.distributed.checkpoint as dcp
+
+    from dapo_rl.checkpoint import _reads_as_damage, intact_before
+
+    def write(step: int) -> Path:
+        ckpt = tmp_path / "checkpoints" / f"global_step_{step}"
+        dcp.save({"w": torch.arange(4096.0)}, checkpoint_id=str(ckpt / "dcp"), no_dist=True)
+        torch.save({"step": step}, ckpt / "trainer_state.pt")
+        return ckpt
+
+    one, two, three = write(1), write(2), write(3)
+    assert checkpoint_problem(three) is None
+    data = _truncate_dcp(three)
+    assert checkpoint_problem(
+        three
+    ) == f"{data}: {data.stat().st_size} bytes, the metadata needs {2 * data.stat().st_size}" or (
+        checkpoint_problem(three).startswith(f"{data}: ")
+    )
+    state = two / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:40])
+    assert checkpoint_problem(two).startswith(f"{state}: ")
+    assert intact_before(three) == one
+    assert _reads_as_damage(EOFError()) and _reads_as_damage(pickle.UnpicklingError("x"))
+    assert _reads_as_damage(RuntimeError("PytorchStreamReader failed reading zip archive"))
+    assert not _reads_as_damage(RuntimeError("size mismatch for w: copying a param with shape [3]"))
+    assert not _reads_as_damage(MemoryError())

@@ -195,6 +195,27 @@ def intact_before(ckpt: Path) -> Path | None:
     return None
 
 
+_DAMAGE_WORDS = (
+    "PytorchStreamReader",
+    "central directory",
+    "invalid header",
+    "unexpected EOF",
+    "truncated",
+    "corrupt",
+)
+
+
+def _reads_as_damage(e: BaseException) -> bool:
+    """Whether a load error is what a damaged file raises (a cut or garbled pickle, zip archive or tensor file),
+    rather than a mismatch or a lack of memory."""
+    import pickle
+    import zipfile
+
+    if isinstance(e, (EOFError, pickle.UnpicklingError, zipfile.BadZipFile, UnicodeDecodeError)):
+        return True
+    return isinstance(e, (RuntimeError, ValueError, OSError)) and any(w in str(e) for w in _DAMAGE_WORDS)
+
+
 def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`).
 
@@ -202,8 +223,10 @@ def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     with; `trainer_state["world_size"]` says how many ranks wrote it.
 
     Raises:
-        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one: the message names the file
-            and the newest intact checkpoint to resume from instead.
+        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one (a file cut short, as
+            `checkpoint_problem` sees, or one that fails to load the way damaged files do): the message names the
+            file and the newest intact checkpoint to resume from instead. Other load errors (a shape mismatch, an
+            out-of-memory error) are raised as they are.
     """
     problem = checkpoint_problem(ckpt) if (Path(ckpt) / "dcp").is_dir() else None
     try:
@@ -214,9 +237,11 @@ def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
             if rng.is_file():
                 set_rng_state(torch.load(rng, weights_only=True))
             return state
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 (a file the metadata check could not see)
+    except Exception as e:
+        if isinstance(e, ConfigError) or not _reads_as_damage(
+            e
+        ):  # a mismatch, no memory: not the files' fault
+            raise
         problem = (
             f"{ckpt}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
         )

@@ -14,9 +14,14 @@ A process that scores, parses or (later) runs what a model wrote calls `confine`
   as root or inside a new user namespace where unprivileged ones are allowed); Landlock also denies TCP connect and
   bind where the kernel supports it (ABI >= 4), and sending signals or connecting to abstract UNIX sockets outside
   the sandbox (ABI >= 6).
-- **no new processes, no exec**: a seccomp filter (``pyseccomp`` over the system's libseccomp) fails ``fork``,
-  ``vfork``, ``clone`` without ``CLONE_THREAD`` (threads stay allowed), ``clone3`` (``ENOSYS``, so the C library
-  falls back to ``clone``), ``execve`` and ``execveat`` with ``EPERM``.
+- **no new processes, no exec, no new sockets**: a seccomp filter (``pyseccomp`` over the system's libseccomp) fails
+  ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` (threads stay allowed), ``clone3`` (``ENOSYS``, so the C
+  library falls back to ``clone``), ``execve``, ``execveat``, ``socket``, ``socketpair`` and ``connect`` with
+  ``EPERM`` (a pathname UNIX socket, such as multiprocessing's fork server's, is otherwise reachable).
+
+The caller also closes the descriptors it inherited and does not need before it confines itself (the reward pool's
+workers keep only their pipe: `dapo_rl.reward.pool`), and reads what the process sends back as data, never
+unpickled.
 
 Each layer is applied where the OS offers it; what is not available is reported in the returned `Confinement`, and
 the caller logs it once (`Confinement.missing`). Nothing here decides whether an answer is right: the parent reads
@@ -128,7 +133,9 @@ def _seccomp() -> str | None:
         return f"no seccomp filter ({type(e).__name__}: {e})"
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     eperm = sc.ERRNO(errno.EPERM)
-    for name in ("fork", "vfork", "execve", "execveat"):
+    # no new sockets either: a pathname UNIX socket (multiprocessing's fork server listens on one in /tmp) is not a
+    # Landlock right before ABI 9, and the confined process needs none (its pipe to the parent already exists)
+    for name in ("fork", "vfork", "execve", "execveat", "socket", "socketpair", "connect"):
         f.add_rule(eperm, name)
     f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")

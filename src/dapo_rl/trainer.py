@@ -968,7 +968,10 @@ class Trainer:
                 signal.signal(signal.SIGTERM, previous_handler)
             bar.close()
             if self.producer is not None:
-                self.producer.stop()
+                # a normal end or a SIGTERM stop lets the round in flight finish; on an error the engines' end (in
+                # `close`) ends it, rather than a stuck engine's generate deadline (review of issue 42, M3)
+                failing = sys.exc_info()[0] is not None and not issubclass(sys.exc_info()[0], TrainingStopped)
+                self.producer.stop(0.0 if failing else None)
             self.pool.close()
             if self.tracking is not None:
                 self.tracking.finish()

@@ -140,7 +140,9 @@ def _expression_refusal(answer: str, names: frozenset[str], commas: bool) -> str
 
 def _literal_refusal(answer: str) -> str | None:
     try:
-        tree = ast.parse(answer, mode="eval")
+        tree = ast.parse(
+            answer.strip(" \t"), mode="eval"
+        )  # as eval reads it: it strips spaces and tabs first
     except SyntaxError:
         return None  # eval fails at compilation: nothing runs
     except Exception as e:  # noqa: BLE001 (too deep, too large: refuse rather than guess)

@@ -22,7 +22,10 @@ alive when the interpreter exits is killed then (`dapo_rl.children`).
 
 from __future__ import annotations
 
+import json
+import math
 import multiprocessing as mp
+import os
 import shutil
 import signal
 import tempfile
@@ -58,12 +61,61 @@ import `PRELOAD`)."""
 _WARNED = False
 
 
+MAX_RESULT_BYTES = 1 << 20
+"""The largest result a worker may send back (JSON); a longer one is an error result."""
+
+
+def _json_value(x: Any) -> Any:
+    """A user verifier's extra field as JSON can carry it (a numpy scalar as its value, anything else as text)."""
+    item = getattr(x, "item", None)
+    return item() if callable(item) else str(x)
+
+
+def _send_json(conn: Connection, obj: Any) -> None:
+    conn.send_bytes(json.dumps(obj, default=_json_value).encode())
+
+
+def _checked(raw: bytes) -> ScoreResult:
+    """A worker's result read as data, never unpickled (code running in a worker, which the grammars and limits
+    exist to prevent, could otherwise send an object whose unpickling runs code in the trainer: review of issue 42,
+    M1): a JSON object with a finite number `score`; `acc`, `timeout`, `refused` read as booleans, `pred`, `error`,
+    `reason` as text; other fields pass as the JSON values they are.
+
+    Raises:
+        ValueError: not a JSON object with a finite `score`.
+    """
+    res = json.loads(raw)
+    score = res.get("score") if isinstance(res, dict) else None
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise ValueError("a reward worker sent something that is not a score record")
+    res["score"] = float(score)
+    for key in ("acc", "timeout", "refused"):
+        if key in res:
+            res[key] = bool(res[key])
+    for key in ("pred", "error", "reason"):
+        if key in res:
+            res[key] = str(res[key])
+    return res  # type: ignore[return-value]
+
+
+def _close_inherited_fds(keep: int) -> None:
+    """Close every descriptor but stdio and `keep` (the pipe to the pool): what the fork server hands its children
+    (its alive pipe, the resource tracker's pipe) would let code in the worker ask those unconfined helpers for a
+    new process or for a file to be unlinked (review of issue 42, M2)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._fd = None  # closed below; the worker never tracks a resource
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
+
+
 def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the pool ends it (see the module docstring)
     from dapo_rl.reward.score import compute_score
     from dapo_rl.sandbox import confine, cpu_budget
 
-    conn.send(("ready", confine(workdir).missing()))
+    _close_inherited_fds(conn.fileno())
+    _send_json(conn, confine(workdir).missing())
     while True:
         try:
             msg = conn.recv()
@@ -74,7 +126,7 @@ def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> 
         idx, (source, text, gt, extra), options = msg
         cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this holds if it cannot
         res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
-        conn.send((idx, dict(res)))
+        _send_json(conn, dict(res))
 
 
 class _Worker:
@@ -99,8 +151,11 @@ class _Worker:
         try:
             if not self.conn.poll(timeout_s):
                 raise RuntimeError(f"a reward worker did not start within {timeout_s:.0f} s")
-            _, self.missing = self.conn.recv()
-        except (EOFError, OSError) as e:
+            missing = json.loads(self.conn.recv_bytes(MAX_RESULT_BYTES))
+            if not isinstance(missing, list) or not all(isinstance(x, str) for x in missing):
+                raise ValueError("not a list of lines")
+            self.missing = missing
+        except (EOFError, OSError, ValueError) as e:
             self.kill()
             raise RuntimeError(f"a reward worker died while starting (exit code {self.proc.exitcode})") from e
         except RuntimeError:
@@ -213,20 +268,21 @@ class RewardPool:
                 if w.job is None and pending:
                     idx = pending.popleft()
                     w.job, w.started = idx, time.monotonic()
-                    w.conn.send((idx, items[idx], options))
+                    w.conn.send((idx, items[idx], options))  # the worker trusts the pool, not the other way
             busy = [w for w in self._workers if w.job is not None]
             now = time.monotonic()
             next_deadline = min(w.started + self.timeout_s for w in busy)
             ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - now))
             for w in busy:
                 if w.conn in ready:
+                    idx = w.job
                     try:
-                        idx, res = w.conn.recv()
+                        res = _checked(w.conn.recv_bytes(MAX_RESULT_BYTES))
                     except (EOFError, OSError):  # the worker died (out of memory, a crash in native code)
-                        res, idx = (
-                            {"score": WRONG_SCORE, "acc": False, "pred": "", "error": "worker died"},
-                            w.job,
-                        )
+                        res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": "worker died"}
+                        self._replace(w)
+                    except ValueError as e:  # not a score record (JSON), or longer than MAX_RESULT_BYTES
+                        res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"ValueError: {e}"}
                         self._replace(w)
                     results[idx] = res
                     w.job = None

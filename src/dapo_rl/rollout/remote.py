@@ -44,14 +44,18 @@ GENERATE_DEADLINE_FLOOR_S = 900.0
 """The shortest deadline of one `generate` request, seconds (an engine's first request also compiles)."""
 
 MIN_DECODE_STEPS_PER_S = 2.0
-"""The slowest decoding an engine may show before it counts as stuck: `max_tokens` steps at this rate, the batch's
-sequences decoded side by side (a stuck engine is killed; see `RemoteEngine.generate`)."""
+"""The slowest decoding an engine may show before it counts as stuck: `max_tokens` steps at this rate for each batch
+of `rollout.micro_batch_size` sequences decoded side by side (a stuck engine is killed; see
+`RemoteEngine.generate`)."""
 
 
-def generate_deadline_s(max_tokens: int) -> float:
-    """Seconds one `generate` request of responses up to `max_tokens` tokens may take: the larger of
-    `GENERATE_DEADLINE_FLOOR_S` and `max_tokens / MIN_DECODE_STEPS_PER_S` (20,480 tokens: 10,240 s)."""
-    return max(GENERATE_DEADLINE_FLOOR_S, max_tokens / MIN_DECODE_STEPS_PER_S)
+def generate_deadline_s(max_tokens: int, sequences: int = 1, batch: int = 1) -> float:
+    """Seconds one `generate` request may take: `sequences` responses of up to `max_tokens` tokens, decoded `batch`
+    at a time (`rollout.micro_batch_size`: the transformers engine's chunk, vLLM's `max_num_seqs`); the larger of
+    `GENERATE_DEADLINE_FLOOR_S` and ceil(sequences / batch) x max_tokens / `MIN_DECODE_STEPS_PER_S` (one batch of
+    20,480-token responses: 10,240 s)."""
+    batches = -(-max(sequences, 1) // max(batch, 1))
+    return max(GENERATE_DEADLINE_FLOOR_S, batches * max_tokens / MIN_DECODE_STEPS_PER_S)
 
 
 CLOSE_LOCK_TIMEOUT_S = 5.0
@@ -309,7 +313,9 @@ class RemoteEngine:
                 of the request): it is killed then, since an engine that is alive but stuck (a hung collective
                 inside vLLM) would otherwise hold the run forever (review async-lora m4).
         """
-        timeout_s = self.request_timeout_s or generate_deadline_s(params.max_tokens)
+        timeout_s = self.request_timeout_s or generate_deadline_s(
+            params.max_tokens, len(prompts) * params.n, getattr(self.spec.rollout, "micro_batch_size", 1)
+        )
         with self._lock:
             self._conn.send(("generate", prompts, params))
             try:
