@@ -2,10 +2,18 @@
 take, and the adapter in PEFT's own format.
 
 The actor trains the adapters (`lora_A`, `lora_B`) and nothing else; every other parameter is frozen. A rollout
-engine never sees adapters: it receives, under the base model's Hugging Face names, the merged weight of every
-adapted layer, W + (alpha / r) B A, computed out of place by PEFT's `get_delta_weight` (the base weights are never
-changed, so no merge/unmerge round trip rounds them step after step), and every other weight as it is. Under FSDP2
-the adapted layers' FSDP units are all-gathered one at a time (`FSDPModule.unshard`) for that computation.
+engine gets the adapted policy one of two ways (`actor.lora.merge`):
+
+- the adapter push (default): the engine loads the same base checkpoint and applies the adapters unmerged; after
+  each update only the adapters travel (`adapter_weights`, float32, PEFT's file names), loaded by the transformers
+  engine into its PEFT model (`wrap_engine_model`, `load_adapter_weights`) and by vLLM from a PEFT adapter directory
+  (`write_adapter`) under a new `LoRARequest`. Nothing is rounded onto W's grid (review async-lora M2).
+- the merged push: every weight under the base model's Hugging Face names, each adapted layer's merged,
+  W + (alpha / r) B A, computed out of place from PEFT's `get_delta_weight` (the base weights are never changed, so
+  no merge/unmerge round trip rounds them step after step) in float32 and rounded once to the engine's dtype. In
+  bfloat16 that loses every |delta| below half a bf16 step of W. Under FSDP2 the adapted layers' FSDP units are
+  all-gathered one at a time (`FSDPModule.unshard`) for that computation. The checkpoints' merged `model/` and
+  `dapo export` use it in float32, where it is exact.
 """
 
 from __future__ import annotations
