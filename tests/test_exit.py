@@ -282,3 +282,99 @@ def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):
     assert _reads_as_damage(RuntimeError("PytorchStreamReader failed reading zip archive"))
     assert not _reads_as_damage(RuntimeError("size mismatch for w: copying a param with shape [3]"))
     assert not _reads_as_damage(MemoryError())
+
+
+def test_an_engine_process_aborts_its_request_and_serves_the_next(model_dir):
+    """Review async-lora m3: `abort` (from another thread, without the lock) stops the engine process's `generate`
+    in flight with `GenerationAborted` within seconds; the engine then serves the next request; an abort withdrawn
+    before a request (`clear_abort`) aborts nothing."""
+    from dapo_rl.rollout.base import GenerationAborted, SamplingParams
+
+    engine = RemoteEngine(
+        EngineSpec(RolloutConfig(name="hf", micro_batch_size=8), str(model_dir), 64, num_threads=1)
+    )
+    try:
+        prompts = [[(i * 3 + j) % 60 + 3 for j in range(6)] for i in range(256)]
+        timer = threading.Timer(1.0, engine.abort)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(GenerationAborted):
+            engine.generate(prompts, SamplingParams(n=4, max_tokens=48, seed=1))
+        took = time.monotonic() - t0
+        print(f"aborted {took:.2f} s after the request (abort at 1 s)")
+        assert took < 4.0
+        out = engine.generate(prompts[:2], SamplingParams(n=2, max_tokens=4, seed=1))
+        assert [len(g) for g in out] == [2, 2]
+        engine.abort()
+        engine.clear_abort()
+        assert [len(g) for g in engine.generate(prompts[:1], SamplingParams(n=1, max_tokens=4, seed=1))] == [
+            1
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_pause_that_aborts_undoes_the_rounds_draw(model_dir):
+    """Review async-lora m3: a checkpoint's pause (`paused(abort=True)`) during the producer's first round returns in
+    seconds, not after the round; the round's draw is undone (the sampler, the prompt policy and the round count as
+    before it), nothing is queued, `aborted` counts it; once the pause ends the producer samples again and a batch
+    comes."""
+    from dapo_rl.collect import Scorer
+    from dapo_rl.collect.producer import RolloutProducer
+    from dapo_rl.collect.prompt_policy import prompt_policy
+    from dapo_rl.config import load_config
+    from dapo_rl.data import EpochSampler, PromptDataset, reasoning_gym_samples
+    from dapo_rl.models.tiny import build_tiny_tokenizer
+    from dapo_rl.reward.pool import RewardPool
+    from dapo_rl.rollout.remote import RemoteEngines
+
+    tok = build_tiny_tokenizer()
+    ds = PromptDataset(
+        reasoning_gym_samples("chain_sum", 64, 0, {"min_terms": 2}, True), tok, 64, "chain_sum"
+    )
+    cfg = load_config(
+        None,
+        [
+            "data.train_batch_size=4",
+            "data.gen_batch_size=64",
+            "rollout.n=4",
+            "data.max_response_length=48",
+            "actor.ppo_mini_batch_size=4",
+            "algorithm.filter_groups.enable=false",  # a random model's groups are all wrong
+        ],
+    )
+    spec = EngineSpec(RolloutConfig(name="hf", micro_batch_size=8), str(model_dir), 112, num_threads=1)
+    engine = RemoteEngines([spec])
+    sampler, policy = EpochSampler(len(ds), seed=0), prompt_policy(cfg.algorithm.filter_groups)
+    start = (sampler.state_dict(), policy.state_dict())
+    with RewardPool(cfg.reward.name, num_workers=0) as pool:
+        producer = RolloutProducer(
+            engine,
+            Scorer(tok, pool, 48),
+            sampler,
+            ds,
+            lambda: cfg,
+            policy,
+            max_staleness=1,
+            log=lambda m: None,
+        )
+        try:
+            producer.start()
+            deadline = time.monotonic() + 60
+            while not producer._generating and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert producer._generating
+            t0 = time.monotonic()
+            with producer.paused(abort=True):
+                took = time.monotonic() - t0
+                assert (
+                    producer.rounds_total == 0 and len(producer.queue) == 0 and producer._report.aborted == 1
+                )
+                assert (sampler.state_dict(), policy.state_dict()) == start
+            print(f"a pause that aborts returned {took:.2f} s into the first round")
+            assert took < 3.0
+            batch, stats = producer.next_batch(4, policy_version=0)
+            assert len(batch) == 4 and stats["async/aborted_rounds"] == 1
+        finally:
+            producer.stop(5.0)
+            engine.close()

@@ -289,3 +289,38 @@ def test_two_ranks_each_with_a_colocated_vllm_engine(tmp_path, tp):
     assert rows[0]["val/chain_sum/response_length_mean"] == 8.0  # the one problem was sampled
     assert rows[1]["train/gen_samples"] == 16  # 4 prompts x 4 on two ranks
     assert rows[1]["rollout_corr/sync_logprob_gap"] < 1e-3  # each engine holds the FSDP2 actor's weights
+
+
+def test_an_abort_stops_the_round_between_two_steps_and_the_next_round_is_unchanged(setup):
+    """Review async-lora m3: with `abort_event` set mid-round the engine aborts its requests between two steps and
+    raises `GenerationAborted` within a second; the next round samples exactly what it would have without the
+    abort (the same seeded requests, nothing left in the engine)."""
+    import threading
+    import time
+
+    from dapo_rl.rollout.base import GenerationAborted
+
+    tok, model, engine, _ = setup
+    prompts = [[(i * 5 + j) % 60 + 3 for j in range(8)] for i in range(64)]
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=400, seed=5)
+    engine.abort_event = threading.Event()
+    try:
+        want = engine.generate(prompts[:4], replace_params(params, max_tokens=16))
+        timer = threading.Timer(1.0, engine.abort_event.set)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(GenerationAborted):
+            engine.generate(prompts, params)
+        took = time.monotonic() - t0
+        assert 1.0 <= took < 2.5 and not engine.abort_event.is_set()
+        assert not engine.llm.llm_engine.has_unfinished_requests()
+        got = engine.generate(prompts[:4], replace_params(params, max_tokens=16))
+        assert [[o.token_ids for o in g] for g in got] == [[o.token_ids for o in g] for g in want]
+    finally:
+        engine.abort_event = None
+
+
+def replace_params(params: SamplingParams, **changes) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(params, **changes)

@@ -664,7 +664,7 @@ class Trainer:
             error = None
             if self.producer is not None:
                 try:
-                    stack.enter_context(self.producer.paused())
+                    stack.enter_context(self.producer.paused(abort=True))  # the round in flight redone after
                     self.producer.push_pending()
                 except Exception as e:
                     error = e
@@ -1014,9 +1014,11 @@ class Trainer:
             TrainingDiverged: the weights are not finite (the previous checkpoint is kept).
         """
         # asynchronous: the producer pauses at a round boundary, so the sampler, the prompt policy and the queue
-        # agree (the groups of the round in progress are queued and saved)
+        # agree (the round in flight is aborted and its draw undone: it is redone after, or on resume)
         with (
-            self.producer.paused(raise_error=False) if self.producer is not None else contextlib.nullcontext()
+            self.producer.paused(raise_error=False, abort=True)
+            if self.producer is not None
+            else contextlib.nullcontext()
         ):
             state = {
                 "step": self.step,

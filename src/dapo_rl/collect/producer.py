@@ -41,6 +41,7 @@ from dapo_rl.collect.prompt_policy import PromptPolicy
 from dapo_rl.collect.records import PromptGroup, Rollout
 from dapo_rl.collect.sampling import Scorer, sample_and_score, sample_groups
 from dapo_rl.data import EpochSampler, PromptDataset
+from dapo_rl.rollout.base import GenerationAborted
 from dapo_rl.rollout.seeds import round_seed
 
 N_SUMS = 14
@@ -62,6 +63,8 @@ class _Report:
     score_s: float = 0.0
     push_s: float = 0.0
     """Seconds the producer spent pushing weights to the engines (all of them, at once)."""
+    aborted: int = 0
+    """Rounds aborted for a checkpoint, a validation or a stop (`paused(abort=True)`)."""
 
 
 class GroupQueue:
@@ -171,6 +174,7 @@ class RolloutProducer:
         self._cv = threading.Condition()
         self._pending: tuple[int, list, int] | None = None  # (version, [(name, tensor)], slot) for the engine
         self._pushing: int | None = None  # the staging slot being pushed now
+        self._generating = False  # the engines are sampling a round (an abort can stop it)
         self._pause = 0
         self._idle = True
         self._stop = False
@@ -214,20 +218,34 @@ class RolloutProducer:
             self._cv.notify_all()
 
     @contextlib.contextmanager
-    def paused(self, raise_error: bool = True):
-        """Inside: the producer is idle at a round boundary (the round in progress finished and queued), so the
-        sampler, the policy, the queue and the engine may be used from the trainer's thread.
+    def paused(self, raise_error: bool = True, abort: bool = False):
+        """Inside: the producer is idle at a round boundary, so the sampler, the policy, the queue and the engine may
+        be used from the trainer's thread.
 
         Args:
             raise_error: raise what the producer's thread raised (if it did) on entering; False: enter anyway
                 (a checkpoint is still written; its sampler may have passed over the failed round's prompts), and
                 call `raise_error` afterwards.
+            abort: abort the round in flight instead of waiting for it (review async-lora m3: a checkpoint, a
+                validation or a stop then waits seconds, not a whole round): the engines stop sampling
+                (`RemoteEngines.abort`), and the round's draw is undone (the sampler, the prompt policy and the
+                round count as at its start), so the same prompts are drawn again, with the same seeds, when it
+                resumes; counted in `async/aborted_rounds`. A round already scoring finishes.
         """
         with self._cv:
             self._pause += 1
             self._cv.notify_all()
+            if abort and not self._idle and self._generating:
+                stop = getattr(self.engine, "abort", None)
+                if stop is not None:
+                    stop()
             while not self._idle and self._error is None:
                 self._cv.wait()
+            clear = getattr(self.engine, "clear_abort", None)
+            if (
+                abort and clear is not None
+            ):  # the round may have been past sampling: nothing may abort the trainer's
+                clear()  # own requests (validation, the probe)
         try:
             if raise_error:
                 self.raise_error()
@@ -307,6 +325,7 @@ class RolloutProducer:
             "time/generate_s": rep.generate_s,
             "time/score_s": rep.score_s,
             "async/push_s": rep.push_s,
+            "async/aborted_rounds": rep.aborted,
             "time/wait_s": time.perf_counter() - t0,
             "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
             "async/staleness_max": max(staleness, default=0),
@@ -436,6 +455,7 @@ class RolloutProducer:
         c = self.step_cfg()
         fg = c.algorithm.filter_groups
         want = c.data.train_batch_size
+        start = (self.rounds_total, self.sampler.state_dict(), self.policy.state_dict())  # undone on abort
         self.rounds_total += 1
         with self._cv:  # the trainer's `take` changes the queue under the lock
             need = max(1, self.queue.max_staleness * want - self.queue.fresh(self.learner_version))
@@ -443,9 +463,25 @@ class RolloutProducer:
         indices, passed = self.policy.draw(self.sampler, size)
         version = self.engine_version
         scored_before = self.scorer.seconds
-        with self._cv:
+        with self._cv:  # an abort from here on is this round's (`paused` reads `_generating` under the lock)
             self._gen_started = time.perf_counter()
-        sampled, gen_s = self._sample(c, indices)
+            self._generating = True
+            clear = getattr(self.engine, "clear_abort", None)
+            if clear is not None:
+                clear()
+        try:
+            sampled, gen_s = self._sample(c, indices)
+        except GenerationAborted:
+            self.rounds_total = start[0]
+            self.sampler.load_state_dict(start[1])
+            self.policy.load_state_dict(start[2])
+            with self._cv:
+                self._gen_started = None
+                self._report.aborted += 1
+            return
+        finally:
+            with self._cv:
+                self._generating = False
         with self._cv:  # (scoring ran after generation: the engine was busy for gen_s of it)
             self._busy.append((self._gen_started, self._gen_started + gen_s))
             self._gen_started = None

@@ -30,6 +30,11 @@ class SamplingParams:
     seed: int | None = None
 
 
+class GenerationAborted(Exception):
+    """A `generate` stopped early because its engine's `abort_event` was set (asynchronous training aborts the round
+    in flight for a checkpoint, a validation or a stop); its partial results are discarded and the event cleared."""
+
+
 @dataclass
 class GenerationOutput:
     """One sampled response.

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
 
 
 class _SampledLogprobs:
@@ -43,6 +43,25 @@ class _SampledLogprobs:
         self._take(generated[:, -1])
         self._last = None
         return torch.stack(self.steps, dim=1)
+
+
+class _StopOnEvent:
+    """A stopping criterion that ends every sequence once `event` is set (`HFRolloutEngine.abort_event`)."""
+
+    def __init__(self, event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        return torch.full(
+            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
+        )
+
+
+def _check_abort(event) -> None:
+    """Raise `GenerationAborted` (clearing `event`) when `event` is set."""
+    if event is not None and event.is_set():
+        event.clear()
+        raise GenerationAborted("generation aborted")
 
 
 class HFRolloutEngine:
@@ -89,6 +108,9 @@ class HFRolloutEngine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.micro_batch_size = micro_batch_size
+        self.abort_event = None
+        """An `Event` (threading or multiprocessing) whose setting stops the `generate` in flight with
+        `GenerationAborted` (the asynchronous engine process sets it up); None: never aborted."""
         self.peft = None
         """The PEFT model the engine samples when it holds adapters (then `self.model` is it too)."""
         if lora is not None and lora.rank > 0:
@@ -136,7 +158,9 @@ class HFRolloutEngine:
 
         Returns:
             For each prompt, `n` `GenerationOutput`s whose log-probs are those of the temperature-scaled
-            distribution (before top-k/top-p), as vLLM's `processed_logprobs` mode.
+            distribution before top-k/top-p (vLLM's `processed_logprobs` are after them: with top-k/top-p the
+            two differ, `dapo_rl.algo.rollout_correction.truncated_sampling_bias`). Raises `GenerationAborted`
+            when `abort_event` is set during the call.
         """
         return [group for chunk in self.generate_chunks(prompts, params) for group in chunk]
 
@@ -180,10 +204,17 @@ class HFRolloutEngine:
             # each step's sampled-token log-prob, taken on the model's device as it is sampled: never a (B, L, V)
             # stack of logits, nor a copy of one in host memory
             keep = _SampledLogprobs(0.0 if greedy else params.temperature)
+            abort = self.abort_event
+            _check_abort(abort)
             with torch.no_grad():  # not around the yield: grad mode is thread state the caller would inherit
                 out = self.model.generate(
-                    input_ids=ids, attention_mask=mask, generation_config=gen_cfg, logits_processor=[keep]
+                    input_ids=ids,
+                    attention_mask=mask,
+                    generation_config=gen_cfg,
+                    logits_processor=[keep],
+                    stopping_criteria=[_StopOnEvent(abort)] if abort is not None else None,
                 )
+            _check_abort(abort)
             gen_dev = out.sequences[:, width:]
             logp = keep.finish(gen_dev).cpu()  # (B, L)
             gen = gen_dev.cpu()

@@ -35,7 +35,7 @@ from datetime import timedelta
 import torch
 
 from dapo_rl import children
-from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
@@ -139,7 +139,7 @@ def _die_with_parent(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
+def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> None:
     """The engine process: join the weight group, build the engine, then serve requests until told to close or
     until the trainer's end of the pipe closes. Any failure during a push ends it (the tensor stream is out of
     step); a start-up refusal (`ValueError`) comes back as `value_error`."""
@@ -172,6 +172,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
             ctx=DistContext(device=device),
             attn_implementation=spec.attn_implementation,
         )
+        engine.abort_event = abort  # set by the trainer's process (`RemoteEngine.abort`)
         conn.send(("ok", torch.get_num_threads()))
     except ValueError as e:
         conn.send(("value_error", str(e)))
@@ -202,6 +203,8 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int) -> None:
                     conn.send(("ok", None))
                 else:
                     conn.send(("error", f"unknown request {kind!r}"))
+            except GenerationAborted:
+                conn.send(("aborted", None))
             except Exception as e:
                 refusal = isinstance(e, ValueError)  # the trainer turns it into its own error
                 conn.send(("value_error", str(e)) if refusal else ("error", traceback.format_exc()))
@@ -261,9 +264,10 @@ class RemoteEngine:
         self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         mpc = mp.get_context("spawn")
         self._conn, child = mpc.Pipe()
+        self._abort = mpc.Event()
         self.proc = mpc.Process(
             target=_engine_main,
-            args=(spec, child, self._store.port, os.getpid()),
+            args=(spec, child, self._store.port, os.getpid(), self._abort),
             name="dapo-engine",
             daemon=True,
         )
@@ -325,6 +329,16 @@ class RemoteEngine:
                 if proc is not None:
                     children.kill(proc)
                 raise
+
+    def abort(self) -> None:
+        """Stop the `generate` in flight (from any thread, without the lock): it raises `GenerationAborted`. Set with
+        no request in flight, the next `generate` aborts at once (the engine clears the event when it acts on it),
+        unless `clear_abort` comes first."""
+        self._abort.set()
+
+    def clear_abort(self) -> None:
+        """Withdraw an `abort` the engine has not acted on."""
+        self._abort.clear()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send new weights (Hugging Face names), one tensor at a time through the weight group (a tensor on a GPU
@@ -423,6 +437,8 @@ class RemoteEngine:
             raise RuntimeError("the rollout engine process closed its pipe") from e
         if status == "value_error":
             raise ValueError(value)
+        if status == "aborted":
+            raise GenerationAborted("the rollout engine process aborted the request")
         if status != "ok":
             raise RuntimeError(f"the rollout engine process failed:\n{value}")
         return value
@@ -500,6 +516,16 @@ class RemoteEngines:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """`RolloutEngine.generate` on the first engine process."""
         return self.engines[0].generate(prompts, params)
+
+    def abort(self) -> None:
+        """`RemoteEngine.abort` on every engine process."""
+        for e in self.engines:
+            e.abort()
+
+    def clear_abort(self) -> None:
+        """`RemoteEngine.clear_abort` on every engine process."""
+        for e in self.engines:
+            e.clear_abort()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Push the same weights to every engine process at once, one thread per engine over its own channel (staged

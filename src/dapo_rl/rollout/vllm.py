@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import torch
 
-from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
 from dapo_rl.rollout.seeds import request_seed
 
 
@@ -145,6 +145,9 @@ class VLLMRolloutEngine:
         self.runner = _model_runner(self.llm)
         self.max_num_seqs = max_num_seqs
         self._requests = 0  # ids of the requests `generate_chunks` adds
+        self.abort_event = None
+        """An `Event` whose setting stops the `generate` in flight with `GenerationAborted` (its requests aborted
+        in vLLM; the asynchronous engine process sets it up); None: never aborted."""
 
     @property
     def collective(self) -> bool:
@@ -341,7 +344,12 @@ class VLLMRolloutEngine:
         chunk = max(1, (self.max_num_seqs or 256) // max(params.n, 1))
         done: dict[str, object] = {}
         sent = 0
+        abort = self.abort_event
         while sent < len(ids):
+            if abort is not None and abort.is_set():  # between two engine steps: vLLM's own thread, safe
+                engine.abort_request([r for r in ids[sent:] if r not in done])
+                abort.clear()
+                raise GenerationAborted("generation aborted")
             if engine.has_unfinished_requests():
                 for out in engine.step():
                     if out.finished:
@@ -394,6 +402,8 @@ class VLLMRolloutEngine:
         return group
 
     def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        if self.abort_event is not None:  # step by step, so that an abort is seen between two steps
+            return [g for chunk in self.generate_chunks(prompts, params) for g in chunk]
         from vllm.inputs import TokensPrompt
 
         sps = [self._vllm_params(params, i) for i in range(len(prompts))]
