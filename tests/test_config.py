@@ -223,6 +223,9 @@ def test_the_engines_gpu_share_defaults_by_where_it_runs():
     assert RolloutConfig().memory_share(own_gpu=False) == 0.5
     assert RolloutConfig().memory_share(own_gpu=True) == 0.9
     assert RolloutConfig(gpu_memory_utilization=0.7).memory_share(own_gpu=True) == 0.7
-    assert load_config(overrides=["rollout.gpu_memory_utilization=0.8"]).rollout.memory_share(own_gpu=False) == 0.8
+    assert (
+        load_config(overrides=["rollout.gpu_memory_utilization=0.8"]).rollout.memory_share(own_gpu=False)
+        == 0.8
+    )
     with pytest.raises(ConfigError, match=r"rollout.gpu_memory_utilization=1.5 must be in \[0, 1\]"):
         validate_config(load_config(overrides=["rollout.gpu_memory_utilization=1.5"]))
