@@ -40,6 +40,23 @@ def test_a_hanging_verifier_is_killed_and_the_batch_goes_on():
     }
 
 
+def test_answers_sent_together_keep_their_own_deadline_and_order():
+    """A worker gets answers several at a time (`MAX_CHUNK`); one that hangs mid-chunk costs `timeout_s` once, one
+    that kills its worker costs nothing more, and the answers after them in the chunk are scored by the replacement."""
+    items = [("x", f"fast {i}", "1", None) for i in range(40)]
+    items[3] = ("x", "slow", "1", None)  # inside the first chunk (40 // 4 = 10 answers)
+    items[25] = ("x", "die", "1", None)
+    with RewardPool("reward_fixtures:hang_or_die", num_workers=1, timeout_s=1.0) as pool:
+        assert pool._chunk_size(40) == 10
+        t0 = time.monotonic()
+        res = pool.score(items)
+        elapsed = time.monotonic() - t0
+    assert [r["score"] for r in res] == [-1.0 if i in (3, 25) else float(i) for i in range(40)]
+    assert res[3]["timeout"] is True and "TimeoutError" in res[3]["error"]
+    assert res[25]["error"] == "worker died" and "timeout" not in res[25]
+    assert 1.0 <= elapsed < 1.0 + 1.5
+
+
 def test_user_function_by_name_and_error_counting():
     fn = get_verifier("reward_fixtures:exact")
     assert fn("42", "42")["acc"] is True

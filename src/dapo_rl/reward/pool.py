@@ -1,8 +1,9 @@
 """Batch scoring in confined worker processes with a hard per-answer time limit.
 
-A verifier that hangs (sympy on a tower of powers, a regex on a megabyte of brackets) must never stall training. Each
-answer is sent to a worker process on its own; when a worker has not answered within `timeout_s`, the parent kills it
-(SIGKILL), scores that answer as wrong with `timeout` set, and starts a fresh worker. Workers are forked from a clean
+A verifier that hangs (sympy on a tower of powers, a regex on a megabyte of brackets) must never stall training.
+Answers go to worker processes a few at a time, and each result comes back on its own; when a worker has not answered
+within `timeout_s` (counted from its previous answer), the parent kills it (SIGKILL), scores that answer as wrong with
+`timeout` set, starts a fresh worker and sends the answers the killed one had not reached again. Workers are forked from a clean
 server process (`forkserver`) that has imported the verifiers once, so a replacement starts in milliseconds and never
 inherits the trainer's threads.
 
@@ -60,6 +61,9 @@ import `PRELOAD`)."""
 
 _WARNED = False
 
+
+MAX_CHUNK = 32
+"""The most answers the pool sends a worker in one message (`RewardPool._chunk_size`)."""
 
 MAX_RESULT_BYTES = 1 << 20
 """The largest result a worker may send back (JSON); a longer one is an error result."""
@@ -123,10 +127,11 @@ def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> 
             return
         if msg is None:
             return
-        idx, (source, text, gt, extra), options = msg
-        cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this holds if it cannot
-        res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
-        _send_json(conn, dict(res))
+        chunk, options = msg
+        for source, text, gt, extra in chunk:  # one result per answer, as soon as it is scored (the deadlines)
+            cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this holds if it cannot
+            res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
+            _send_json(conn, dict(res))
 
 
 class _Worker:
@@ -137,8 +142,8 @@ class _Worker:
         self.proc.start()
         children.register(self.proc)
         child.close()
-        self.job: int | None = None
-        self.started = 0.0
+        self.jobs: deque[int] = deque()  # the items sent and not answered yet, the one being scored first
+        self.started = 0.0  # when the first of `jobs` began: its chunk's send, or the previous answer's arrival
         self.missing: list[str] | None = None
 
     def ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -263,32 +268,32 @@ class RewardPool:
             return self._score_here(items, options)
         results: list[ScoreResult | None] = [None] * len(items)
         pending = deque(range(len(items)))
-        while pending or any(w.job is not None for w in self._workers):
+        while pending or any(w.jobs for w in self._workers):
             for w in self._workers:
-                if w.job is None and pending:
-                    idx = pending.popleft()
-                    w.job, w.started = idx, time.monotonic()
-                    w.conn.send((idx, items[idx], options))  # the worker trusts the pool, not the other way
-            busy = [w for w in self._workers if w.job is not None]
-            now = time.monotonic()
+                if not w.jobs and pending:
+                    chunk = [pending.popleft() for _ in range(min(len(pending), self._chunk_size(len(pending))))]
+                    w.jobs.extend(chunk)
+                    w.started = time.monotonic()
+                    w.conn.send(([items[i] for i in chunk], options))  # the worker trusts the pool, not the reverse
+            busy = [w for w in self._workers if w.jobs]
             next_deadline = min(w.started + self.timeout_s for w in busy)
-            ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - now))
+            ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
             for w in busy:
                 if w.conn in ready:
-                    idx = w.job
+                    idx = w.jobs.popleft()
+                    w.started = time.monotonic()
                     try:
                         res = _checked(w.conn.recv_bytes(MAX_RESULT_BYTES))
                     except (EOFError, OSError):  # the worker died (out of memory, a crash in native code)
                         res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": "worker died"}
-                        self._replace(w)
+                        self._replace(w, pending)
                     except ValueError as e:  # not a score record (JSON), or longer than MAX_RESULT_BYTES
                         res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"ValueError: {e}"}
-                        self._replace(w)
+                        self._replace(w, pending)
                     results[idx] = res
-                    w.job = None
                 elif time.monotonic() - w.started >= self.timeout_s:
-                    results[w.job] = timeout_result(self.timeout_s)
-                    self._replace(w)
+                    results[w.jobs.popleft()] = timeout_result(self.timeout_s)
+                    self._replace(w, pending)
         return results  # type: ignore[return-value]
 
     def _score_here(self, items: Sequence[ScoreItem], options: dict) -> list[ScoreResult]:
@@ -311,7 +316,17 @@ class RewardPool:
                 )
         return results  # type: ignore[return-value]
 
-    def _replace(self, w: _Worker) -> None:
+    def _chunk_size(self, pending: int) -> int:
+        """Answers sent to a worker in one message: up to `MAX_CHUNK`, a quarter of each worker's share of what is
+        left, so that the workers finish together while the microsecond verifiers do not pay a pipe round trip
+        per answer. Each answer keeps its own deadline (its chunk's send or the previous answer's result)."""
+        return max(1, min(MAX_CHUNK, pending // (4 * len(self._workers))))
+
+    def _replace(self, w: _Worker, pending: deque[int]) -> None:
+        """Kill `w` and start a fresh worker in its place; the answers it was sent and never scored go back to the
+        front of `pending`."""
+        pending.extendleft(reversed(w.jobs))
+        w.jobs.clear()
         w.kill()
         i = self._workers.index(w)
         self._workers[i] = _Worker(self._ctx, self.verifier, self.timeout_s)
