@@ -128,8 +128,8 @@ def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> 
         if msg is None:
             return
         chunk, options = msg
-        for source, text, gt, extra in chunk:  # one result per answer, as soon as it is scored (the deadlines)
-            cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this holds if it cannot
+        for source, text, gt, extra in chunk:  # each result is sent as soon as it is scored (the deadlines)
+            cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this if it cannot
             res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
             _send_json(conn, dict(res))
 
@@ -143,7 +143,7 @@ class _Worker:
         children.register(self.proc)
         child.close()
         self.jobs: deque[int] = deque()  # the items sent and not answered yet, the one being scored first
-        self.started = 0.0  # when the first of `jobs` began: its chunk's send, or the previous answer's arrival
+        self.started = 0.0  # when the first of `jobs` began: its chunk was sent or the previous result came
         self.missing: list[str] | None = None
 
     def ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -271,10 +271,11 @@ class RewardPool:
         while pending or any(w.jobs for w in self._workers):
             for w in self._workers:
                 if not w.jobs and pending:
-                    chunk = [pending.popleft() for _ in range(min(len(pending), self._chunk_size(len(pending))))]
+                    chunk = [pending.popleft() for _ in range(self._chunk_size(len(pending)))]
                     w.jobs.extend(chunk)
                     w.started = time.monotonic()
-                    w.conn.send(([items[i] for i in chunk], options))  # the worker trusts the pool, not the reverse
+                    # the worker trusts the pool, not the other way round
+                    w.conn.send(([items[i] for i in chunk], options))
             busy = [w for w in self._workers if w.jobs]
             next_deadline = min(w.started + self.timeout_s for w in busy)
             ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
@@ -320,7 +321,7 @@ class RewardPool:
         """Answers sent to a worker in one message: up to `MAX_CHUNK`, a quarter of each worker's share of what is
         left, so that the workers finish together while the microsecond verifiers do not pay a pipe round trip
         per answer. Each answer keeps its own deadline (its chunk's send or the previous answer's result)."""
-        return max(1, min(MAX_CHUNK, pending // (4 * len(self._workers))))
+        return min(pending, max(1, min(MAX_CHUNK, pending // (4 * len(self._workers)))))
 
     def _replace(self, w: _Worker, pending: deque[int]) -> None:
         """Kill `w` and start a fresh worker in its place; the answers it was sent and never scored go back to the
