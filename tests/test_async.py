@@ -233,6 +233,29 @@ def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model
     assert not proc.is_alive()
 
 
+def test_a_round_crosses_the_pipe_as_arrays_and_comes_back_as_the_same_lists():
+    """`pack_round` (the engine process) and `unpack_round` (the trainer): flat arrays on the wire (review async-lora
+    m6), the same Python ints and floats back, empty prompts' groups and a served model's text-only answer kept."""
+    import numpy as np
+
+    from dapo_rl.rollout.base import GenerationOutput as Out
+    from dapo_rl.rollout.remote import pack_round, unpack_round
+
+    outputs = [
+        [Out([1, 2, 151643], [-0.1, -0.2, -0.30000000000000004], "stop"), Out([], [], "length", "42", 7)],
+        [],
+        [Out([2**31 - 1], [-1e-300], "length")],
+    ]
+    counts, lengths, meta, ids, lps = pack_round(outputs)
+    assert counts == [2, 0, 1] and lengths.tolist() == [[3, 3], [0, 0], [1, 1]]
+    assert ids.dtype == np.int32 and ids.tolist() == [1, 2, 151643, 2**31 - 1]
+    assert lps.dtype == np.float64 and meta[1] == ("length", "42", 7)
+    back = unpack_round((counts, lengths, meta, ids, lps))
+    assert back == outputs
+    assert type(back[0][0].token_ids[0]) is int and type(back[0][0].logprobs[2]) is float
+    assert unpack_round(pack_round([])) == []
+
+
 def test_an_engine_process_that_fails_to_start_reports_its_error(model_dir):
     """A child that fails to build its engine (here: CUDA asked for on a CPU build of torch) is reported with its
     traceback at once; with several engines, the first failure stops them all (no engine process left)."""

@@ -16,6 +16,11 @@ this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s 
 `RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
 weight group; a push goes to all of them at once, one thread per engine.
 
+A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths and finish reason
+(`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in one C call,
+freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (review async-lora m6). `unpack_round`
+rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
+
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM,
 an exit that closed nothing (an uncaught error) would hang in multiprocessing's exit hook, which joins its children
@@ -32,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+import numpy as np
 import torch
 
 from dapo_rl import children
@@ -119,6 +125,42 @@ class WeightChannel:
         self.group.broadcast([tensor], self._opts).wait()
 
 
+def pack_round(outputs: list[list[GenerationOutput]]) -> tuple:
+    """`generate`'s answer as it crosses the pipe: `(counts, lengths, meta, token_ids, logprobs)`.
+
+    Args:
+        outputs: one list of responses per prompt.
+
+    Returns:
+        counts: responses per prompt (list of int); lengths: `(N, 2)` int64 array, each response's token count and
+        log-prob count; meta: `(finish_reason, text, num_tokens)` per response; token_ids: every response's ids
+        end to end, int32 (vocabularies stay below 2**31); logprobs: every log-prob end to end, float64 (the
+        engines' Python floats exactly).
+    """
+    flat = [o for group in outputs for o in group]
+    lengths = np.array([(len(o.token_ids), len(o.logprobs)) for o in flat], dtype=np.int64).reshape(-1, 2)
+    ids = np.fromiter((t for o in flat for t in o.token_ids), dtype=np.int32, count=int(lengths[:, 0].sum()))
+    lps = np.fromiter((x for o in flat for x in o.logprobs), dtype=np.float64, count=int(lengths[:, 1].sum()))
+    meta = [(o.finish_reason, o.text, o.num_tokens) for o in flat]
+    return [len(group) for group in outputs], lengths, meta, ids, lps
+
+
+def unpack_round(packed: tuple) -> list[list[GenerationOutput]]:
+    """`pack_round`'s inverse: equal lists of Python ints and floats, built one response at a time."""
+    counts, lengths, meta, ids, lps = packed
+    ends = np.cumsum(lengths, axis=0).tolist()
+    flat = []
+    a = b = 0
+    for (a_end, b_end), (finish, text, num_tokens) in zip(ends, meta):
+        flat.append(GenerationOutput(ids[a:a_end].tolist(), lps[b:b_end].tolist(), finish, text, num_tokens))
+        a, b = a_end, b_end
+    out, k = [], 0
+    for n in counts:
+        out.append(flat[k : k + n])
+        k += n
+    return out
+
+
 def _die_with_parent(parent: int) -> None:
     """Linux: have the kernel SIGKILL this process when its parent dies (prctl `PR_SET_PDEATHSIG`; it follows the
     thread that started this process, the trainer's main thread under `dapo train`), and exit now if the parent
@@ -192,7 +234,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
                 return
             try:
                 if kind == "generate":
-                    conn.send(("ok", engine.generate(msg[1], msg[2])))
+                    conn.send(("ok", pack_round(engine.generate(msg[1], msg[2]))))
                 elif kind == "update":
                     engine.update_weights(_received(conn, channel, device))
                     conn.send(("ok", None))
@@ -323,12 +365,13 @@ class RemoteEngine:
         with self._lock:
             self._conn.send(("generate", prompts, params))
             try:
-                return self._answer(timeout_s)
+                packed = self._answer(timeout_s)
             except RuntimeError:
                 proc = self.proc
                 if proc is not None:
                     children.kill(proc)
                 raise
+        return unpack_round(packed)
 
     def abort(self) -> None:
         """Stop the `generate` in flight (from any thread, without the lock): it raises `GenerationAborted`. Set with
