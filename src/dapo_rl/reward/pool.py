@@ -129,7 +129,7 @@ def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> 
             return
         chunk, options = msg
         for source, text, gt, extra in chunk:  # each result is sent as soon as it is scored (the deadlines)
-            cpu_budget(2 * timeout_s)  # the parent kills it at timeout_s of wall time; this if it cannot
+            cpu_budget(2 * timeout_s)  # a backstop: the parent kills it at timeout_s of wall time
             res = compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options)
             _send_json(conn, dict(res))
 
