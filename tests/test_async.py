@@ -63,7 +63,12 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
     ds = PromptDataset(samples, build_tiny_tokenizer(), 64, "test")
     p = RolloutProducer(None, None, None, ds, lambda: None, None, max_staleness=2, version=4)
     g = PromptGroup(
-        (7, 1), [Rollout(samples[2], 2, 0, ds.prompt_ids[2], [5, 6], [-1.0, -2.5], "length")], version=3
+        (7, 1),
+        [
+            Rollout(samples[2], 2, 0, ds.prompt_ids[2], [5, 6], [-1.0, -2.5], "length"),
+            Rollout(samples[2], 2, 1, ds.prompt_ids[2], [5, 6, 7], [-1.0, 0.0, -0.5], loss_mask=[1, 0, 1]),
+        ],
+        version=3,
     )
     g.rollouts[0].reward, g.rollouts[0].acc = -1.5, True
     p.queue.groups.append(g)
@@ -84,6 +89,13 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
         True,
     )
     assert back._report.sums[0] == 8.0 and back._report.rounds == 2
+    assert x.loss_mask is None and h.rollouts[1].loss_mask == [1, 0, 1]
+    old = (
+        p.state_dict()
+    )  # a checkpoint from before the loss mask: rollouts of 11 fields, every token the model's
+    old["queue"][0][2] = [r[:11] for r in old["queue"][0][2]]
+    back.load_state_dict(old)
+    assert [r.loss_mask for r in back.queue.groups[0].rollouts] == [None, None]
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,12 @@ def test_step_statistics_by_hand(parts):
     assert stats["train/gen_tokens_wasted_ratio"] == 0.75 and stats["train/gen_tokens_wasted"] == 15
     # a step trained only on carried groups samples nothing; dropping stale ones is all waste, not 300x waste
     assert _step_stats([], 0, 0, DistContext(), 0, 300)["train/gen_tokens_wasted_ratio"] == 1.0
+    # a tool's tokens (loss mask 0, log-prob 0 there) fill the response but were not sampled: the lengths count
+    # them, the sampling probability does not
+    tool = Rollout(s, 0, 0, [1], [5, 6, 7, 8], [-0.5, 0.0, 0.0, -0.5], acc=True, loss_mask=[1, 0, 0, 1])
+    stats = _step_stats([PromptGroup((1, 0), [tool, mk(False, 2, -1.0)])], 1, 1, DistContext(), 0, 0)
+    assert stats["train/gen_tokens"] == 6 and stats["train/response_length_mean"] == 3.0
+    assert stats["train/token_prob_mean"] == pytest.approx((2 * 0.6065307 + 2 * 0.3678794) / 4, rel=1e-6)
 
 
 def test_round_size_and_skipping_solved_prompts():

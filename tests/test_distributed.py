@@ -344,7 +344,8 @@ def test_one_process_resume_builds_the_model_from_its_config_and_dcp_fills_it(mo
 
 
 def _groups_for_exchange():
-    """8 prompt groups of 4 rollouts with varied lengths, rewards, log-probs and one truncated response."""
+    """8 prompt groups of 4 rollouts with varied lengths, rewards, log-probs, one truncated response, and in the odd
+    groups a tool's token (loss mask 0) after the model's first two."""
     from dapo_rl.collect import PromptGroup, Rollout
     from dapo_rl.data.dataset import Sample
 
@@ -362,6 +363,7 @@ def _groups_for_exchange():
                 [-0.1 * (g + 1) - 0.01 * j] * (2 + (g + 2 * j) % 5),
                 "length" if (g, j) == (3, 1) else "stop",
                 reward=float((g + j) % 2) - 0.5 * (j == 3),
+                loss_mask=[1, 1, 0] + [1] * ((g + 2 * j) % 5 - 1) if g % 2 and (g + 2 * j) % 5 else None,
             )
             for j in range(4)
         ]
@@ -411,7 +413,7 @@ def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path, rank0_holds_all
     """Kept groups stay with the rank that sampled them (others see them without tokens and log-probs), or with rank
     0 (asynchronous training's producer); each rank's training rows come to it through one all-to-all, and its
     batch is exactly the one it would cut from the whole batch held everywhere (shuffled mini-batches, advantages,
-    rollout log-probs, the truncated response's mask)."""
+    rollout log-probs, the truncated response's mask, the tool tokens' mask)."""
     from dapo_rl.collect import make_train_batch
     from dapo_rl.config import load_config
 
@@ -426,5 +428,9 @@ def test_each_rank_receives_only_the_rows_it_trains_on(tmp_path, rank0_holds_all
         got = torch.load(tmp_path / f"b{r}.pt", weights_only=True)
         want = make_train_batch(_groups_for_exchange(), cfg, 0, step=3, ctx=DistContext(rank=r, world_size=2))
         assert len(want) == 16
+        tool_tokens = sum(
+            x.loss_mask.count(0) for g in _groups_for_exchange() for x in g.rollouts if x.loss_mask
+        )
+        assert tool_tokens == 13
         for k, v in want.__dict__.items():
             assert torch.equal(got[k], v) if isinstance(v, torch.Tensor) else got[k] == v, k

@@ -182,6 +182,27 @@ def test_train_batch_packing_and_overlong_filtering_mask():
     assert sub.input_ids.tolist() == [[8, 3, 4]] and sub.response_mask.tolist() == [[1, 1]]
 
 
+def test_train_batch_token_masks_take_single_tokens_out_of_the_loss():
+    """A tool's tokens inside a response (`Rollout.loss_mask` 0) leave the loss token by token; a row without a
+    token mask trains on all its tokens; overlong filtering still drops a whole row; a mask of the wrong length is
+    refused, naming the row."""
+    prompts = [[5, 6], [7], [8]]
+    responses = [[1, 2, 3, 4], [9, 10], [11, 12, 13]]
+    b = TrainBatch.build(
+        prompts,
+        responses,
+        torch.zeros(3),
+        torch.tensor([1.0, 1.0, 0.0]),
+        pad_id=257,
+        token_masks=[[1, 0, 0, 1], None, [1, 0, 1]],
+    )
+    assert b.response_mask.tolist() == [[1, 0, 0, 1], [1, 1, 0, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="row 1: a token mask of 3 for a response of 2 tokens"):
+        TrainBatch.build(
+            prompts, responses, torch.zeros(3), torch.ones(3), 257, token_masks=[None, [1, 1, 0], None]
+        )
+
+
 def test_top_k_off_samples_the_whole_vocabulary(tmp_path):
     """top_k <= 0 means no truncation: transformers' default (top_k=50) must not creep in. The model is made almost
     uniform over its 258 tokens with distinct logits (the final norm keeps one hidden dimension, whose embedding

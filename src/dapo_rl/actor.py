@@ -141,7 +141,8 @@ class TrainBatch:
         input_ids: `(B, L)` long, prompt then response then padding.
         attention_mask: `(B, L)` long, 1 on real tokens.
         prompt_lens: `(B,)` long, tokens of each prompt.
-        response_mask: `(B, T)` float, 1 on response tokens that enter the loss (T = longest response).
+        response_mask: `(B, T)` float, 1 on response tokens that enter the loss (T = longest response): not past the
+            response, not in a response that overlong filtering dropped, not a token the model did not sample.
         advantages: `(B,)` float.
         old_log_prob: `(B, T)` float log-probs of the behaviour policy, or None to take the current policy's
             (exactly on-policy: one epoch, one mini-batch).
@@ -178,9 +179,15 @@ class TrainBatch:
         rollout_logprobs: list[list[float]] | None = None,
         minibatch: list[int] | None = None,
         stale: list[bool] | None = None,
+        token_masks: list[list[int] | None] | None = None,
     ) -> TrainBatch:
-        """Pack token lists; `loss_mask` `(B,)` zeroes whole responses (overlong filtering); `minibatch` numbers the
-        optimizer step of each row (default: all in one); `stale` flags rows sampled by an earlier policy."""
+        """Pack token lists; `loss_mask` `(B,)` zeroes whole responses (overlong filtering); `token_masks` (one per
+        row, `len(responses[i])` 0/1 each, or None for all ones; `Rollout.loss_mask`) zeroes single tokens, those the
+        model did not sample; `response_mask[i, t] = loss_mask[i] * token_masks[i][t]`. `minibatch` numbers the
+        optimizer step of each row (default: all in one); `stale` flags rows sampled by an earlier policy.
+
+        Raises:
+            ValueError: a token mask whose length is not its response's."""
         lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
         b, width, t = len(prompts), max(lens), max(max(len(r) for r in responses), 1)
         ids = torch.full((b, width), pad_id, dtype=torch.long)
@@ -191,6 +198,13 @@ class TrainBatch:
             ids[i, : lens[i]] = torch.tensor(p + r, dtype=torch.long)
             attn[i, : lens[i]] = 1
             resp_mask[i, : len(r)] = float(loss_mask[i])
+            token_mask = None if token_masks is None else token_masks[i]
+            if token_mask is not None:
+                if len(token_mask) != len(r):
+                    raise ValueError(
+                        f"row {i}: a token mask of {len(token_mask)} for a response of {len(r)} tokens"
+                    )
+                resp_mask[i, : len(r)] *= torch.tensor(token_mask, dtype=torch.float32)
             if roll is not None:
                 roll[i, : len(r)] = torch.tensor(rollout_logprobs[i][: len(r)], dtype=torch.float32)
         mb = (

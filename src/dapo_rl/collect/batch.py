@@ -30,21 +30,25 @@ def _fetch_rows(
     owners = [g.owner for g in groups for _ in g.rollouts]
     if not ctx.distributed or all(o < 0 for o in owners):
         return [rollouts[i] for i in rows]
-    send: list[list[tuple[int, list[int], list[float]]]] = [[] for _ in range(ctx.world_size)]
+    send: list[list[tuple[int, list[int], list[float], list[int] | None]]] = [
+        [] for _ in range(ctx.world_size)
+    ]
     for r in range(ctx.world_size):
         if r == ctx.rank:
             continue
         theirs, _ = shard_minibatches(lengths, minibatch_size, ctx.world_size, r, order)
         send[r] = [
-            (i, rollouts[i].response_ids, rollouts[i].logprobs) for i in theirs if owners[i] == ctx.rank
+            (i, rollouts[i].response_ids, rollouts[i].logprobs, rollouts[i].loss_mask)
+            for i in theirs
+            if owners[i] == ctx.rank
         ]
-    got = {i: (ids, lps) for part in all_to_all_objects(send, ctx) for i, ids, lps in part}
+    got = {i: rest for part in all_to_all_objects(send, ctx) for i, *rest in part}
     out = []
     for i in rows:
         x = rollouts[i]
         if owners[i] != ctx.rank:
-            ids, lps = got[i]
-            x = replace(x, response_ids=ids, logprobs=lps)
+            ids, lps, mask = got[i]
+            x = replace(x, response_ids=ids, logprobs=lps, loss_mask=mask)
         out.append(x)
     return out
 
@@ -94,4 +98,5 @@ def make_train_batch(
         rollout_logprobs=[x.logprobs for x in mine],
         minibatch=minibatch,
         stale=[stale[i] for i in rows] if any(stale) else None,
+        token_masks=[x.loss_mask for x in mine] if any(x.loss_mask is not None for x in mine) else None,
     )

@@ -242,9 +242,10 @@ def _step_stats(
 def generated_sums(generated: list[PromptGroup]) -> list[float]:
     """The additive statistics of generated groups that `stats_from_sums` turns into a step's means: responses,
     groups, reward, correct, tokens, truncated, verifier errors and timeouts, all-correct and all-wrong groups, the
-    sum of sampling probabilities and their count, refused answers. Sums of several rounds add up element-wise."""
+    sum of sampling probabilities and their count (the model's tokens only, `Rollout.loss_mask`), refused answers.
+    Sums of several rounds add up element-wise."""
     rs = [x for g in generated for x in g.rollouts]
-    lps = [lp for x in rs for lp in x.logprobs]
+    lps = [lp for x in rs for lp in x.sampled_logprobs()]
     return [
         len(rs),
         len(generated),

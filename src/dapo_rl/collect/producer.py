@@ -108,11 +108,13 @@ def _rollout_state(x: Rollout) -> list:
         x.pred,
         x.status,
         x.reward,
+        x.loss_mask,
     ]
 
 
 def _rollout_from(state: list, dataset: PromptDataset) -> Rollout:
-    pi, si, ids, lps, finish, text, score, acc, pred, status, reward = state
+    pi, si, ids, lps, finish, text, score, acc, pred, status, reward, *rest = state
+    loss_mask = rest[0] if rest else None  # a checkpoint from before `Rollout.loss_mask` has none
     return Rollout(
         dataset.samples[pi],
         pi,
@@ -127,6 +129,7 @@ def _rollout_from(state: list, dataset: PromptDataset) -> Rollout:
         pred=pred,
         status=status,
         reward=reward,
+        loss_mask=loss_mask,
     )
 
 

@@ -1,5 +1,16 @@
 """The records that flow through batch collection: one sampled response (`Rollout`) and the n responses of one
-prompt (`PromptGroup`)."""
+prompt (`PromptGroup`).
+
+A response's tokens are not all the model's: a multi-turn episode appends a tool's output to it, tokens the model did
+not sample. `Rollout.loss_mask` marks them (0), and this is the one place that decides what counts them:
+
+- every response token, the model's and a tool's, fills the context that `data.max_response_length` bounds, so
+  `Rollout.response_length`, truncation, the overlong penalty (DAPO Eq. 13), `train/response_length_*` and the
+  generated-token counts and ratios (`train/gen_tokens*`) count them all;
+- only the model's tokens (mask 1) have a sampling probability and enter the loss: `train/token_prob_mean`
+  (`dapo_rl.collect.loop.generated_sums`) and the actor's `response_mask` (`TrainBatch.build`), hence the loss's
+  token mean (Eq. 12), the entropy and the clip fractions, skip the others.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +41,9 @@ class Rollout:
         response_length: tokens in the response (kept when a record is read back without its token ids).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
             equivalent to `pred` (`dapo_rl.evaluate.pool_equivalent_answers`); empty: `pred` itself.
+        loss_mask: per response token, 1 where the model sampled it, 0 where something else wrote it (a tool's output
+            in a multi-turn episode; its `logprobs` entry is 0); None: every token is the model's (a single turn).
+            See the module's docstring for what counts masked tokens.
     """
 
     sample: Sample
@@ -47,10 +61,17 @@ class Rollout:
     reward: float = 0.0
     response_length: int = -1
     vote: str = ""
+    loss_mask: list[int] | None = None
 
     def __post_init__(self):
         if self.response_length < 0:
             self.response_length = len(self.response_ids)
+
+    def sampled_logprobs(self) -> list[float]:
+        """The log-probs of the tokens the model sampled (`loss_mask` 1), in order."""
+        if self.loss_mask is None:
+            return self.logprobs
+        return [lp for lp, m in zip(self.logprobs, self.loss_mask) if m]
 
     @property
     def truncated(self) -> bool:
@@ -75,7 +96,7 @@ class Rollout:
 
     def light(self) -> Rollout:
         """A copy without token ids, log-probs and text: what metrics read, cheap to send to another rank."""
-        return replace(self, prompt_ids=[], response_ids=[], logprobs=[], text="")
+        return replace(self, prompt_ids=[], response_ids=[], logprobs=[], text="", loss_mask=None)
 
     @staticmethod
     def from_record(r: dict) -> Rollout:
