@@ -72,7 +72,7 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
     )
     g.rollouts[0].reward, g.rollouts[0].acc = -1.5, True
     p.queue.groups.append(g)
-    p._report.sums[0], p._report.rounds = 8.0, 2
+    p._report.sums.responses, p._report.rounds = 8.0, 2
     state = p.state_dict()
     path = tmp_path / "state.pt"
     torch.save(state, path)
@@ -88,14 +88,18 @@ def test_the_producers_state_round_trips_through_plain_lists(tmp_path):
         -1.5,
         True,
     )
-    assert back._report.sums[0] == 8.0 and back._report.rounds == 2
+    assert back._report.sums.responses == 8.0 and back._report.rounds == 2
     assert x.loss_mask is None and h.rollouts[1].loss_mask == [1, 0, 1]
-    old = (
-        p.state_dict()
-    )  # a checkpoint from before the loss mask: rollouts of 11 fields, every token the model's
-    old["queue"][0][2] = [r[:11] for r in old["queue"][0][2]]
+    # a checkpoint from before `Rollout.state`: each rollout a list of 11 values, every token the model's
+    old = p.state_dict()
+    old["queue"][0][2] = [[r[k] for k in Rollout.LEGACY_STATE[:11]] for r in old["queue"][0][2]]
     back.load_state_dict(old)
-    assert [r.loss_mask for r in back.queue.groups[0].rollouts] == [None, None]
+    again = back.queue.groups[0].rollouts
+    assert (
+        [r.loss_mask for r in again] == [None, None]
+        and again[0] == x
+        and again[1].logprobs == [-1.0, 0.0, -0.5]
+    )
 
 
 @pytest.mark.parametrize(

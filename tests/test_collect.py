@@ -158,6 +158,39 @@ def right_with_parity_score(data_source, solution_str, ground_truth, extra_info=
     return 1.0 if solution_str and ord(solution_str[0]) % 2 == 0 else 0.5
 
 
+def test_generation_sums_add_over_rounds_and_read_older_checkpoints(parts):
+    """`GenerationSums`: one round's sums by hand, two rounds add field by field, the all-reduce payload and the
+    checkpoint state read back, and the positional lists of older checkpoints (14 values; 13 before `refused`)."""
+    from dapo_rl.collect import PromptGroup, Rollout
+    from dapo_rl.collect.stats import GenerationSums
+
+    s = parts[2].samples[0]
+    a = GenerationSums.of(
+        [
+            PromptGroup(
+                (1, 0),
+                [
+                    Rollout(s, 0, 0, [1], [5, 6], [0.0, 0.0], "length", acc=True, reward=1.0),
+                    Rollout(s, 0, 1, [1], [5], [0.0], acc=False, reward=-1.0, status="refused"),
+                ],
+            )
+        ],
+        filtered_tokens=7,
+    )
+    assert a == GenerationSums(
+        responses=2, groups=1, reward=0.0, correct=1, tokens=3, truncated=1, token_prob=3.0, sampled_tokens=3,
+        refused=1, filtered_tokens=7,
+    )  # fmt: skip
+    b = a + a
+    assert b.tokens == 6 and b.filtered_tokens == 14 and b.token_prob == 6.0
+    assert GenerationSums.from_list(b.as_list()) == b and GenerationSums.from_state(b.state()) == b
+    assert GenerationSums.from_state(a.as_list()) == a
+    before_refused = [x for k, x in enumerate(a.as_list()) if k != 12]
+    assert GenerationSums.from_state(before_refused) == GenerationSums(**{**a.state(), "refused": 0.0})
+    with pytest.raises(ValueError, match="3 sums for the 14 fields"):
+        GenerationSums.from_list([1.0, 2.0, 3.0])
+
+
 def test_step_statistics_by_hand(parts):
     from dapo_rl.collect import PromptGroup, Rollout
     from dapo_rl.collect.loop import _step_stats

@@ -379,7 +379,6 @@ def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str, rank0_ho
     from dataclasses import replace
 
     from dapo_rl.collect import make_train_batch
-    from dapo_rl.collect.loop import light_group
     from dapo_rl.config import load_config
     from dapo_rl.distributed import broadcast_object
 
@@ -388,7 +387,7 @@ def _exchange_rank_main(rank: int, world: int, port: int, out_dir: str, rank0_ho
         cfg = load_config(None, ["rollout.n=4", "actor.ppo_mini_batch_size=2", "actor.shuffle=true"])
         if rank0_holds_all:
             whole = [replace(g, owner=0) for g in _groups_for_exchange()] if rank == 0 else None
-            light = broadcast_object([light_group(g) for g in whole] if rank == 0 else None, ctx)
+            light = broadcast_object([g.light() for g in whole] if rank == 0 else None, ctx)
             assert all(not x.response_ids and not x.logprobs for g in light for x in g.rollouts)
             groups = whole if rank == 0 else light
         else:

@@ -49,7 +49,6 @@ from dapo_rl.collect import (
     make_train_batch,
     prompt_policy,
 )
-from dapo_rl.collect.loop import light_group
 from dapo_rl.collect.producer import RolloutProducer
 from dapo_rl.config import Config, ConfigError, resume_config_diff, to_yaml
 from dapo_rl.data import (
@@ -773,7 +772,7 @@ class Trainer:
 
     def _next_async_batch(self) -> tuple[list[PromptGroup], dict]:
         """Asynchronous training: the step's groups and statistics from rank 0's producer (`next_batch`), on every
-        rank: rank 0 keeps its groups whole (`owner` 0), the others get them light (`light_group`) and
+        rank: rank 0 keeps its groups whole (`owner` 0), the others get them light (`PromptGroup.light`) and
         `make_train_batch` fetches the rows they train on. A collective.
 
         Raises:
@@ -786,7 +785,7 @@ class Trainer:
             try:
                 groups, stats = self.producer.next_batch(self.step_cfg.data.train_batch_size, self.step - 1)
                 groups = [replace(g, owner=0) for g in groups] if self.ctx.distributed else groups
-                payload = ("ok", [light_group(g) for g in groups] if self.ctx.distributed else None, stats)
+                payload = ("ok", [g.light() for g in groups] if self.ctx.distributed else None, stats)
             except BaseException as e:
                 error = e
                 exhausted = isinstance(e, DynamicSamplingExhausted)

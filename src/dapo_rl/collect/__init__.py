@@ -6,7 +6,8 @@
 | `records` | `Rollout` (one response) and `PromptGroup` (the n responses of one prompt) |
 | `sampling` | one round through the engine and the verifier: `sample_groups`, `Scorer`, `sample_and_score` |
 | `prompt_policy` | which prompts each round draws and how many (`PromptPolicy`, `SkipPolicy`, `prompt_policy`) |
-| `loop` | dynamic sampling's rounds until the batch is kept (`collect_batch`) and the step's statistics |
+| `loop` | dynamic sampling's rounds until the batch is kept (`collect_batch`) |
+| `stats` | the step's statistics: sums over rounds and ranks, then means (`GenerationSums`) |
 | `batch` | advantages and this rank's rows of the training batch (`make_train_batch`) |
 
 Plain functions of an engine, a scorer and a sampler, so that tests drive them with the real tiny model and no

@@ -3,8 +3,6 @@ rows of the batch, cut into mini-batches and balanced over the ranks by token co
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from dapo_rl.actor import TrainBatch
@@ -30,27 +28,14 @@ def _fetch_rows(
     owners = [g.owner for g in groups for _ in g.rollouts]
     if not ctx.distributed or all(o < 0 for o in owners):
         return [rollouts[i] for i in rows]
-    send: list[list[tuple[int, list[int], list[float], list[int] | None]]] = [
-        [] for _ in range(ctx.world_size)
-    ]
+    send: list[list[tuple[int, tuple]]] = [[] for _ in range(ctx.world_size)]
     for r in range(ctx.world_size):
         if r == ctx.rank:
             continue
         theirs, _ = shard_minibatches(lengths, minibatch_size, ctx.world_size, r, order)
-        send[r] = [
-            (i, rollouts[i].response_ids, rollouts[i].logprobs, rollouts[i].loss_mask)
-            for i in theirs
-            if owners[i] == ctx.rank
-        ]
-    got = {i: rest for part in all_to_all_objects(send, ctx) for i, *rest in part}
-    out = []
-    for i in rows:
-        x = rollouts[i]
-        if owners[i] != ctx.rank:
-            ids, lps, mask = got[i]
-            x = replace(x, response_ids=ids, logprobs=lps, loss_mask=mask)
-        out.append(x)
-    return out
+        send[r] = [(i, rollouts[i].tokens()) for i in theirs if owners[i] == ctx.rank]
+    got = {i: tokens for part in all_to_all_objects(send, ctx) for i, tokens in part}
+    return [rollouts[i] if owners[i] == ctx.rank else rollouts[i].with_tokens(got[i]) for i in rows]
 
 
 def make_train_batch(

@@ -13,6 +13,7 @@ from dapo_rl.algo import kept_group_ids
 from dapo_rl.collect.prompt_policy import PromptPolicy, prompt_policy
 from dapo_rl.collect.records import PromptGroup
 from dapo_rl.collect.sampling import Scorer, sample_and_score
+from dapo_rl.collect.stats import GenerationSums
 from dapo_rl.config import Config
 from dapo_rl.data import EpochSampler, PromptDataset
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
@@ -196,17 +197,11 @@ def _share_groups(kept: list[PromptGroup], ctx: DistContext) -> list[PromptGroup
     each rank trains on). One process: `kept` itself."""
     if not ctx.distributed:
         return list(kept)
-    light = [light_group(g) for g in kept]
+    light = [g.light() for g in kept]
     out = []
     for r, part in enumerate(all_gather_objects(light, ctx)):
         out.extend(replace(g, owner=r) for g in (kept if r == ctx.rank else part))
     return out
-
-
-def light_group(g: PromptGroup) -> PromptGroup:
-    """`g` for another rank's batch arithmetic: its rollouts without response tokens, log-probs and text (prompts
-    kept); `make_train_batch` fetches the rows a rank trains on from the group's `owner`."""
-    return replace(g, rollouts=[replace(x.light(), prompt_ids=x.prompt_ids) for x in g.rollouts])
 
 
 def _usable_partial(kept: int, n: int, world: int) -> int:
@@ -223,101 +218,13 @@ def _step_stats(
     filtered_tokens: int = 0,
     surplus_tokens: int = 0,
 ) -> dict:
-    """Means over every response generated in the step, on all ranks; a step that generated nothing (its batch all
-    carried groups) logs only the counts (`_STEP_COUNTS`), so curves and CAMPO's saturation window see no zeros.
+    """The step's statistics over every response generated in it, on all ranks (`GenerationSums.stats`).
 
-    `filtered_tokens` (this rank's response tokens in groups the filter dropped) and `surplus_tokens` (tokens of
-    kept groups dropped for lack of room, the same count on every rank) give `train/gen_tokens_wasted_ratio`: the
-    share of the step's generated response tokens that no update sees. `train/token_prob_mean` is the mean sampling probability of the generated
-    tokens (`exp` of the engine's log-probs; DAPO Fig. 7's "mean probability"), `train/all_correct_group_ratio`
-    and `train/all_wrong_group_ratio` the share of groups whose responses were all right / all wrong (Fig. 3b).
+    `filtered_tokens` is this rank's response tokens in groups the filter dropped, `surplus_tokens` the tokens of
+    kept groups dropped for lack of room (the same count on every rank).
     """
-    sums = all_reduce(generated_sums(generated) + [filtered_tokens], ctx)
+    sums = GenerationSums.from_list(all_reduce(GenerationSums.of(generated, filtered_tokens).as_list(), ctx))
     longest = all_reduce(
         [max((x.response_length for g in generated for x in g.rollouts), default=0)], ctx, op="max"
     )[0]
-    return stats_from_sums(sums, longest, rounds, total_kept, surplus_tokens)
-
-
-def generated_sums(generated: list[PromptGroup]) -> list[float]:
-    """The additive statistics of generated groups that `stats_from_sums` turns into a step's means: responses,
-    groups, reward, correct, tokens, truncated, verifier errors and timeouts, all-correct and all-wrong groups, the
-    sum of sampling probabilities and their count (the model's tokens only, `Rollout.loss_mask`), refused answers.
-    Sums of several rounds add up element-wise."""
-    rs = [x for g in generated for x in g.rollouts]
-    lps = [lp for x in rs for lp in x.sampled_logprobs()]
-    return [
-        len(rs),
-        len(generated),
-        sum(x.reward for x in rs),
-        sum(float(x.acc) for x in rs),
-        sum(x.response_length for x in rs),
-        sum(x.truncated for x in rs),
-        sum(x.status == "error" for x in rs),
-        sum(x.status == "timeout" for x in rs),
-        sum(all(x.acc for x in g.rollouts) for g in generated),
-        sum(not any(x.acc for x in g.rollouts) for g in generated),
-        float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
-        len(lps),
-        sum(x.status == "refused" for x in rs),
-    ]
-
-
-def stats_from_sums(
-    sums: list[float], longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0
-) -> dict:
-    """A step's statistics (`_step_stats`) from `generated_sums` + [filtered tokens] over all its rounds and ranks,
-    the longest response, the rounds, the groups kept and the surplus tokens dropped."""
-    (
-        n,
-        groups,
-        reward,
-        acc,
-        length,
-        truncated,
-        errors,
-        timeouts,
-        all_right,
-        all_wrong,
-        prob,
-        n_lp,
-        refused,
-        filtered,
-    ) = sums
-    out = {
-        "train/reward_mean": reward / max(n, 1.0),
-        "train/acc_mean": acc / max(n, 1.0),
-        "train/response_length_mean": length / max(n, 1.0),
-        "train/response_length_max": longest,
-        "train/response_clip_ratio": truncated / max(n, 1.0),
-        "train/num_gen_batches": rounds,
-        "train/filter_pass_ratio": total_kept / max(groups, 1.0),
-        "train/all_correct_group_ratio": all_right / max(groups, 1.0),
-        "train/all_wrong_group_ratio": all_wrong / max(groups, 1.0),
-        "train/gen_samples": int(n),
-        "train/gen_tokens": int(length),
-        "train/gen_tokens_wasted": int(filtered + surplus_tokens),
-        "train/gen_tokens_wasted_ratio": (filtered + surplus_tokens)
-        / max(length, filtered + surplus_tokens, 1.0),
-        "train/gen_tokens_filtered_ratio": filtered / max(length, 1.0),
-        "train/gen_tokens_surplus_ratio": surplus_tokens / max(length, 1.0),
-        "reward/error_rate": errors / max(n, 1.0),
-        "reward/timeout_rate": timeouts / max(n, 1.0),
-        "reward/refused_rate": refused / max(n, 1.0),
-    }
-    if n_lp:
-        out["train/token_prob_mean"] = prob / n_lp
-    if not n:  # nothing generated (carried groups filled the batch): no means to log, rather than zeros
-        out = {k: v for k, v in out.items() if k in _STEP_COUNTS}
-    return out
-
-
-_STEP_COUNTS = (
-    "train/num_gen_batches",
-    "train/gen_samples",
-    "train/gen_tokens",
-    "train/gen_tokens_wasted",
-    "train/gen_tokens_wasted_ratio",
-)
-"""The keys of `_step_stats` that a step which generated nothing still logs: its counts (0) and the waste share
-(1 when it dropped carried groups for lack of room, else 0); its means are left out."""
+    return sums.stats(longest, rounds, total_kept, surplus_tokens)

@@ -32,28 +32,24 @@ from dapo_rl.collect.loop import (
     DynamicSamplingExhausted,
     _usable_partial,
     filter_groups,
-    generated_sums,
     group_outcomes,
     round_params,
-    stats_from_sums,
 )
 from dapo_rl.collect.prompt_policy import PromptPolicy
 from dapo_rl.collect.records import PromptGroup, Rollout
 from dapo_rl.collect.sampling import Scorer, sample_and_score, sample_groups
+from dapo_rl.collect.stats import GenerationSums
 from dapo_rl.data import EpochSampler, PromptDataset
 from dapo_rl.rollout.base import GenerationAborted
 from dapo_rl.rollout.seeds import round_seed
-
-N_SUMS = 14
-"""Length of `generated_sums` + [filtered tokens]."""
 
 
 @dataclass
 class _Report:
     """What the rounds finished since the last batch add up to: the next step's statistics (checkpointed)."""
 
-    sums: list[float] = field(default_factory=lambda: [0.0] * N_SUMS)
-    """`generated_sums` + [filtered tokens], added over the rounds."""
+    sums: GenerationSums = field(default_factory=GenerationSums)
+    """Added over the rounds."""
     longest: int = 0
     rounds: int = 0
     kept: int = 0
@@ -93,44 +89,6 @@ class GroupQueue:
             g = self.groups.popleft()
             (dropped if policy_version - g.version > self.max_staleness else batch).append(g)
         return batch, dropped
-
-
-def _rollout_state(x: Rollout) -> list:
-    return [
-        x.problem_idx,
-        x.sample_idx,
-        list(x.response_ids),
-        list(x.logprobs),
-        x.finish_reason,
-        x.text,
-        x.score,
-        x.acc,
-        x.pred,
-        x.status,
-        x.reward,
-        x.loss_mask,
-    ]
-
-
-def _rollout_from(state: list, dataset: PromptDataset) -> Rollout:
-    pi, si, ids, lps, finish, text, score, acc, pred, status, reward, *rest = state
-    loss_mask = rest[0] if rest else None  # a checkpoint from before `Rollout.loss_mask` has none
-    return Rollout(
-        dataset.samples[pi],
-        pi,
-        si,
-        dataset.prompt_ids[pi],
-        ids,
-        lps,
-        finish,
-        text=text,
-        score=score,
-        acc=acc,
-        pred=pred,
-        status=status,
-        reward=reward,
-        loss_mask=loss_mask,
-    )
 
 
 class RolloutProducer:
@@ -319,7 +277,7 @@ class RolloutProducer:
             queued = len(self.queue)
             self._cv.notify_all()  # room in the queue
         stale_tokens = sum(x.response_length for g in dropped for x in g.rollouts)
-        stats = stats_from_sums(rep.sums, rep.longest, rep.rounds, rep.kept, stale_tokens)
+        stats = rep.sums.stats(rep.longest, rep.rounds, rep.kept, stale_tokens)
         staleness = [policy_version - g.version for g in batch]
         stats |= {
             "train/kept_groups": len(batch),
@@ -352,9 +310,7 @@ class RolloutProducer:
         """Inside `paused()`: the queue (groups with their versions, token ids and log-probs), the statistics of the
         rounds not yet reported, and the round counters; plain lists (loadable with `weights_only`)."""
         return {
-            "queue": [
-                [list(g.key), g.version, [_rollout_state(x) for x in g.rollouts]] for g in self.queue.groups
-            ],
+            "queue": [[list(g.key), g.version, [x.state() for x in g.rollouts]] for g in self.queue.groups],
             "rounds_total": self.rounds_total,
             "rounds_since_batch": self._rounds_since_batch,
             "kept_total": self._kept_total,
@@ -365,7 +321,7 @@ class RolloutProducer:
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` (before `start`); the groups' prompts come from this producer's dataset."""
         self.queue.groups = deque(
-            PromptGroup(tuple(key), [_rollout_from(x, self.dataset) for x in rs], version=int(version))
+            PromptGroup(tuple(key), [self._rollout_from(x) for x in rs], version=int(version))
             for key, version, rs in state.get("queue", [])
         )
         self.rounds_total = int(state.get("rounds_total", 0))
@@ -373,9 +329,13 @@ class RolloutProducer:
         self._kept_total = int(state.get("kept_total", 0))
         self._exhausted = bool(state.get("exhausted", False))
         report = dict(state.get("report", {}))
-        if len(report.get("sums", ())) == N_SUMS - 1:  # a checkpoint from before `reward/refused_rate`
-            report["sums"] = [*report["sums"][:-1], 0.0, report["sums"][-1]]
+        if "sums" in report:  # by name, or a list from an older checkpoint
+            report["sums"] = GenerationSums.from_state(report["sums"])
         self._report = _Report(**report)
+
+    def _rollout_from(self, state: dict | list) -> Rollout:
+        pi = state["problem_idx"] if isinstance(state, dict) else state[0]
+        return Rollout.from_state(state, self.dataset.samples[pi], self.dataset.prompt_ids[pi])
 
     # ----------------------------------------------------------------------------------------- producer's side
     @property
@@ -494,11 +454,11 @@ class RolloutProducer:
         self.policy.record(
             len(indices), len(kept), group_outcomes(groups) if self.policy.needs_outcomes else []
         )
-        sums = generated_sums(groups) + [filtered]
+        sums = GenerationSums.of(groups, filtered)
         with self._cv:
             self.queue.groups.extend(kept)
             rep = self._report
-            rep.sums = [a + b for a, b in zip(rep.sums, sums)]
+            rep.sums = rep.sums + sums
             rep.longest = max([rep.longest] + [x.response_length for g in groups for x in g.rollouts])
             rep.rounds += 1
             rep.kept += len(kept)

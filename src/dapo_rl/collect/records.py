@@ -8,13 +8,14 @@ not sample. `Rollout.loss_mask` marks them (0), and this is the one place that d
   `Rollout.response_length`, truncation, the overlong penalty (DAPO Eq. 13), `train/response_length_*` and the
   generated-token counts and ratios (`train/gen_tokens*`) count them all;
 - only the model's tokens (mask 1) have a sampling probability and enter the loss: `train/token_prob_mean`
-  (`dapo_rl.collect.loop.generated_sums`) and the actor's `response_mask` (`TrainBatch.build`), hence the loss's
+  (`dapo_rl.collect.stats.GenerationSums`) and the actor's `response_mask` (`TrainBatch.build`), hence the loss's
   token mean (Eq. 12), the entropy and the clip fractions, skip the others.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 from dapo_rl.data import Sample
 
@@ -94,9 +95,46 @@ class Rollout:
             "vote": self.vote,
         }
 
+    TOKEN_FIELDS: ClassVar[tuple[str, ...]] = ("response_ids", "logprobs", "loss_mask")
+    """The per-token fields: what `light` drops and `tokens` sends to the rank that trains on the row."""
+
+    LEGACY_STATE: ClassVar[tuple[str, ...]] = (
+        "problem_idx", "sample_idx", "response_ids", "logprobs", "finish_reason", "text", "score", "acc", "pred",
+        "status", "reward", "loss_mask",
+    )  # fmt: skip
+    """The positional state an asynchronous run's checkpoint held before `state` (2026-12): 11 or 12 values."""
+
     def light(self) -> Rollout:
         """A copy without token ids, log-probs and text: what metrics read, cheap to send to another rank."""
         return replace(self, prompt_ids=[], response_ids=[], logprobs=[], text="", loss_mask=None)
+
+    def tokens(self) -> tuple:
+        """`TOKEN_FIELDS`' values, for `with_tokens` on a light copy held by another rank."""
+        return tuple(getattr(self, f) for f in self.TOKEN_FIELDS)
+
+    def with_tokens(self, tokens: tuple) -> Rollout:
+        """This (light) record with `tokens`' per-token fields (`tokens()` of the complete one)."""
+        return replace(self, **dict(zip(self.TOKEN_FIELDS, tokens)))
+
+    def state(self) -> dict:
+        """The record as a checkpoint keeps it: every field but the dataset row and its prompt ids (`from_state`
+        takes them from the dataset by `problem_idx`), by name, in types `torch.load(weights_only=True)` reads."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("sample", "prompt_ids")}
+        for name in ("response_ids", "logprobs"):
+            out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict | list, sample: Sample, prompt_ids: list[int]) -> Rollout:
+        """`state()` read back, with the dataset's `sample` and `prompt_ids` for its `problem_idx`; a positional
+        list (`LEGACY_STATE`, an older checkpoint) too.
+
+        Raises:
+            TypeError: a key that is not a field of the record.
+        """
+        if isinstance(state, (list, tuple)):
+            state = dict(zip(cls.LEGACY_STATE, state))
+        return cls(sample=sample, prompt_ids=prompt_ids, **state)
 
     @staticmethod
     def from_record(r: dict) -> Rollout:
@@ -138,6 +176,11 @@ class PromptGroup:
     version: int = -1
     """Asynchronous training: the policy version (optimizer steps taken) whose weights the engine sampled the group
     with; -1: the current policy (the synchronous loop)."""
+
+    def light(self) -> PromptGroup:
+        """The group for another rank's batch arithmetic: its rollouts `light`, their prompts kept;
+        `make_train_batch` fetches the rows a rank trains on from the group's `owner`."""
+        return replace(self, rollouts=[replace(x.light(), prompt_ids=x.prompt_ids) for x in self.rollouts])
 
     def metric(self, name: str) -> list[float]:
         """`acc` (0/1) or the shaped `score` of each rollout."""

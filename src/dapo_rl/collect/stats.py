@@ -1,0 +1,155 @@
+"""A step's generation statistics: additive sums over the rounds (and ranks) that sampled it, then the step's means.
+
+`GenerationSums.of(groups)` sums one round; sums of several rounds add (`+`), sums of several ranks all-reduce
+(`as_list`/`from_list`), and an asynchronous run's checkpoint keeps them by name (`state`/`from_state`).
+`GenerationSums.stats` turns them into the logged `train/*` and `reward/*` values ([docs/metrics.md](../../../docs/
+metrics.md)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+from dapo_rl.collect.records import PromptGroup
+
+
+@dataclass
+class GenerationSums:
+    """What the responses generated for a step add up to (floats, so that ranks all-reduce them in one tensor).
+
+    Attributes:
+        responses: responses sampled.
+        groups: prompt groups sampled.
+        reward: sum of the shaped rewards.
+        correct: responses the verifier judged correct.
+        tokens: response tokens, a tool's included (`dapo_rl.collect.records`).
+        truncated: responses cut at `max_tokens`.
+        errors: verifier errors (timeouts excluded).
+        timeouts: answers the verifier did not settle in time.
+        all_correct_groups: groups whose responses were all correct.
+        all_wrong_groups: groups whose responses were all wrong.
+        token_prob: sum of the sampling probabilities (`exp` of the engine's log-probs) of the model's tokens.
+        sampled_tokens: the model's tokens (`Rollout.loss_mask` 1): `token_prob`'s count.
+        refused: answers outside their task's grammar (`dapo_rl.reward.answer_grammar`).
+        filtered_tokens: response tokens in groups dynamic sampling dropped (all right or all wrong).
+    """
+
+    responses: float = 0.0
+    groups: float = 0.0
+    reward: float = 0.0
+    correct: float = 0.0
+    tokens: float = 0.0
+    truncated: float = 0.0
+    errors: float = 0.0
+    timeouts: float = 0.0
+    all_correct_groups: float = 0.0
+    all_wrong_groups: float = 0.0
+    token_prob: float = 0.0
+    sampled_tokens: float = 0.0
+    refused: float = 0.0
+    filtered_tokens: float = 0.0
+
+    @classmethod
+    def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
+        """The sums of one round's (or one rank's) `generated` groups, with the tokens the filter dropped."""
+        rs = [x for g in generated for x in g.rollouts]
+        lps = [lp for x in rs for lp in x.sampled_logprobs()]
+        return cls(
+            responses=len(rs),
+            groups=len(generated),
+            reward=sum(x.reward for x in rs),
+            correct=sum(float(x.acc) for x in rs),
+            tokens=sum(x.response_length for x in rs),
+            truncated=sum(x.truncated for x in rs),
+            errors=sum(x.status == "error" for x in rs),
+            timeouts=sum(x.status == "timeout" for x in rs),
+            all_correct_groups=sum(all(x.acc for x in g.rollouts) for g in generated),
+            all_wrong_groups=sum(not any(x.acc for x in g.rollouts) for g in generated),
+            token_prob=float(torch.tensor(lps, dtype=torch.float64).exp().sum()) if lps else 0.0,
+            sampled_tokens=len(lps),
+            refused=sum(x.status == "refused" for x in rs),
+            filtered_tokens=filtered_tokens,
+        )
+
+    def __add__(self, other: GenerationSums) -> GenerationSums:
+        return GenerationSums(*(a + b for a, b in zip(self.as_list(), other.as_list())))
+
+    def as_list(self) -> list[float]:
+        """The sums in field order (an all-reduce's payload)."""
+        return [float(getattr(self, f.name)) for f in fields(self)]
+
+    @classmethod
+    def from_list(cls, values: list[float]) -> GenerationSums:
+        """`as_list` read back.
+
+        Raises:
+            ValueError: not one value per field.
+        """
+        if len(values) != len(fields(cls)):
+            raise ValueError(f"{len(values)} sums for the {len(fields(cls))} fields of GenerationSums")
+        return cls(*map(float, values))
+
+    def state(self) -> dict[str, float]:
+        """The sums by name, for a checkpoint."""
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict | list) -> GenerationSums:
+        """`state` read back; a positional list from an older checkpoint too (14 values, or 13 from before
+        `refused`)."""
+        if isinstance(state, dict):
+            return cls(**state)
+        values = list(state)
+        if len(values) == len(fields(cls)) - 1:  # before `refused`: it stood just before the filtered tokens
+            values = [*values[:-1], 0.0, values[-1]]
+        return cls.from_list(values)
+
+    def stats(self, longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0) -> dict:
+        """The step's logged statistics, given the longest response, the rounds, the groups kept and the tokens of
+        kept groups dropped for lack of room (`surplus_tokens`). A step that generated nothing (its batch all
+        carried groups) logs only the counts (`STEP_COUNTS`), so curves and CAMPO's saturation window see no zeros.
+
+        `train/token_prob_mean` is the mean sampling probability of the model's tokens (DAPO Fig. 7's "mean
+        probability"); `train/all_correct_group_ratio` / `train/all_wrong_group_ratio` the share of groups whose
+        responses were all right / all wrong (Fig. 3b); `train/gen_tokens_wasted_ratio` the share of the step's
+        generated response tokens that no update sees."""
+        n, length = self.responses, self.tokens
+        wasted = self.filtered_tokens + surplus_tokens
+        out = {
+            "train/reward_mean": self.reward / max(n, 1.0),
+            "train/acc_mean": self.correct / max(n, 1.0),
+            "train/response_length_mean": length / max(n, 1.0),
+            "train/response_length_max": longest,
+            "train/response_clip_ratio": self.truncated / max(n, 1.0),
+            "train/num_gen_batches": rounds,
+            "train/filter_pass_ratio": total_kept / max(self.groups, 1.0),
+            "train/all_correct_group_ratio": self.all_correct_groups / max(self.groups, 1.0),
+            "train/all_wrong_group_ratio": self.all_wrong_groups / max(self.groups, 1.0),
+            "train/gen_samples": int(n),
+            "train/gen_tokens": int(length),
+            "train/gen_tokens_wasted": int(wasted),
+            "train/gen_tokens_wasted_ratio": wasted / max(length, wasted, 1.0),
+            "train/gen_tokens_filtered_ratio": self.filtered_tokens / max(length, 1.0),
+            "train/gen_tokens_surplus_ratio": surplus_tokens / max(length, 1.0),
+            "reward/error_rate": self.errors / max(n, 1.0),
+            "reward/timeout_rate": self.timeouts / max(n, 1.0),
+            "reward/refused_rate": self.refused / max(n, 1.0),
+        }
+        if self.sampled_tokens:
+            out["train/token_prob_mean"] = self.token_prob / self.sampled_tokens
+        if not n:
+            out = {k: v for k, v in out.items() if k in STEP_COUNTS}
+        return out
+
+
+STEP_COUNTS = (
+    "train/num_gen_batches",
+    "train/gen_samples",
+    "train/gen_tokens",
+    "train/gen_tokens_wasted",
+    "train/gen_tokens_wasted_ratio",
+)
+"""The statistics that a step which generated nothing still logs: its counts (0) and the waste share (1 when it
+dropped carried groups for lack of room, else 0); its means are left out."""
