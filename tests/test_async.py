@@ -220,8 +220,8 @@ def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model
     trainer alone decides when to stop); `close` ends it."""
     import os
 
-    from dapo_rl.actor import load_tokenizer
     from dapo_rl.config import RolloutConfig
+    from dapo_rl.models.hf import load_tokenizer
     from dapo_rl.models.tiny import build_tiny_model
     from dapo_rl.rollout import HFRolloutEngine, SamplingParams
     from dapo_rl.rollout.remote import EngineSpec, RemoteEngine

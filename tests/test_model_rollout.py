@@ -226,8 +226,8 @@ def test_top_k_off_samples_the_whole_vocabulary(tmp_path):
 
 
 def test_unknown_attention_kernel_names_the_setting(tmp_path):
-    from dapo_rl.actor import load_model
     from dapo_rl.config import ConfigError
+    from dapo_rl.models.hf import load_model
 
     _save_tiny(tmp_path)
     with pytest.raises(ConfigError, match="model.attn_implementation=bogus"):

@@ -433,7 +433,7 @@ def _data(args) -> int:
 
         tokenizer = build_tiny_tokenizer()
     elif args.tokenizer is not None:
-        from dapo_rl.actor import load_tokenizer
+        from dapo_rl.models.hf import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer, setting="--tokenizer")
     report = inspect_dataset(
@@ -502,8 +502,9 @@ def _train(cfg, args, argv: list[str]) -> int:
         return run(cfg, resume=args.resume, command=argv)
     if t.launcher == "ray":
         from dapo_rl.distributed.launch import launch_ray
+        from dapo_rl.trainer import run
 
-        return launch_ray(cfg, resume=args.resume)
+        return launch_ray(cfg, run, resume=args.resume)
     if t.nproc_per_node > 1:
         from dapo_rl.config import ConfigError
         from dapo_rl.distributed import DistContext
@@ -591,8 +592,8 @@ def _read_score_rows(args) -> list[tuple]:
 def _local_tokenizer(args, model_path: str):
     """`dapo eval`'s tokenizer for a local checkpoint (`--engine hf|vllm`); fills in `args.max_prompt_length` from
     the model's context when not given. Raises ConfigError when the lengths do not fit that context."""
-    from dapo_rl.actor import load_tokenizer, model_context_length
     from dapo_rl.config import ConfigError
+    from dapo_rl.models.hf import load_tokenizer, model_context_length
 
     tok = load_tokenizer(model_path, setting="--model")
     ctx = model_context_length(model_path)

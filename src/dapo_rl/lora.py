@@ -197,7 +197,7 @@ def export_merged(checkpoint: str, output: str | None = None, dtype: str = "floa
     """
     from pathlib import Path
 
-    from dapo_rl.actor import load_model, load_tokenizer
+    from dapo_rl.models.hf import load_model, load_tokenizer
 
     peft = _peft()
     ckpt = Path(checkpoint)

@@ -21,13 +21,8 @@ import torch
 from dapo_rl.config import SFTConfig
 from dapo_rl.data import reasoning_gym_samples, render_prompt
 from dapo_rl.data.solutions import sft_completions
+from dapo_rl.paths import cache_root
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype
-
-
-def cache_root() -> Path:
-    """`$DAPO_RL_CACHE`, default `~/.cache/dapo_rl`."""
-    return Path(os.environ.get("DAPO_RL_CACHE", Path.home() / ".cache" / "dapo_rl"))
-
 
 _ADDED_LATER = {
     "completion": "answer",

@@ -92,7 +92,7 @@ def _base_model(cfg: SFTConfig):
     from transformers import AutoModelForCausalLM
 
     if cfg.model_path:
-        from dapo_rl.actor import load_tokenizer
+        from dapo_rl.models.hf import load_tokenizer
         from dapo_rl.models.smollm2 import resolve_model_alias
 
         path = resolve_model_alias(cfg.model_path)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch, load_tokenizer, model_context_length
+from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch
 from dapo_rl.algo.rollout_correction import truncated_sampling_bias
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
@@ -67,6 +67,7 @@ from dapo_rl.distributed import (
     broadcast_object,
     launched_rank,
 )
+from dapo_rl.models.hf import load_tokenizer, model_context_length
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora

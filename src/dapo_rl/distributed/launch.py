@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -106,15 +107,14 @@ def _absolute(cfg: Config) -> Config:
 
 
 def _ray_worker(config: dict) -> None:
-    """The function every Ray Train worker runs: the same `dapo train` as under torchrun."""
+    """The function every Ray Train worker runs: the same `dapo train` as under torchrun (`config["run"]`, which
+    `launch_ray`'s caller hands in: the launcher knows nothing of the training loop)."""
     import ray.train
     from transformers.utils import logging as hf_logging
 
-    from dapo_rl.trainer import run
-
     hf_logging.disable_progress_bar()  # the workers' output reaches the driver's log, not a terminal
     os.environ.setdefault("DAPO_RL_CACHE", config["cache"])
-    code = run(config["cfg"], resume=config["resume"])
+    code = config["run"](config["cfg"], resume=config["resume"])
     ray.train.report({"exit_code": code})
 
 
@@ -143,10 +143,11 @@ def ray_use_gpu(device: str, cluster_gpus: float, workers: int) -> bool:
     return True
 
 
-def launch_ray(cfg: Config, resume: bool = False) -> int:
+def launch_ray(cfg: Config, run: Callable[..., int], resume: bool = False) -> int:
     """Run `dapo train` on a Ray cluster through Ray Train's `TorchTrainer`: `trainer.nnodes x
     trainer.n_gpus_per_node` workers, one GPU each (one CPU each with `trainer.device=cpu`), each running the same
-    SPMD loop (`dapo_rl.trainer.run`) in the process group Ray Train sets up (gloo on CPU, NCCL on GPU).
+    SPMD loop (`run`: `dapo_rl.trainer.run`, handed in by the CLI) in the process group Ray Train sets up (gloo on
+    CPU, NCCL on GPU).
 
     Joins a running cluster (`ray.init(address="auto")`, e.g. started with `ray start --head`); without one it
     starts a local cluster with enough CPUs for the workers.
@@ -166,7 +167,7 @@ def launch_ray(cfg: Config, resume: bool = False) -> int:
             "trainer.launcher=ray: Ray Train is not installed; pip install 'dapo-rl[ray]' (or 'ray[train]'), or use "
             "the torchrun launcher (trainer.launcher=torchrun trainer.nproc_per_node=N)"
         ) from e
-    from dapo_rl.sft import cache_root
+    from dapo_rl.paths import cache_root
 
     t = cfg.trainer
     workers = t.nnodes * t.n_gpus_per_node
@@ -186,7 +187,7 @@ def launch_ray(cfg: Config, resume: bool = False) -> int:
     run_dir = Path(cfg.trainer.output_dir)
     trainer = TorchTrainer(
         _ray_worker,
-        train_loop_config={"cfg": cfg, "resume": resume, "cache": str(cache_root().resolve())},
+        train_loop_config={"cfg": cfg, "run": run, "resume": resume, "cache": str(cache_root().resolve())},
         torch_config=TorchConfig(backend="nccl" if gpu else "gloo"),
         scaling_config=ScalingConfig(
             num_workers=workers, use_gpu=gpu, resources_per_worker=None if gpu else {"CPU": 1}

@@ -35,7 +35,7 @@ QUANTISATION = "Q4_1"
 
 def smollm2_dir() -> Path:
     """Where the converted checkpoint lives (`$DAPO_RL_CACHE/models/smollm2-135m-instruct-q4_1`)."""
-    from dapo_rl.sft import cache_root
+    from dapo_rl.paths import cache_root
 
     return cache_root() / "models" / "smollm2-135m-instruct-q4_1"
 
@@ -69,7 +69,7 @@ def gguf_file(log=print) -> Path:
         path = Path(spec.origin).parent / GGUF_NAME
         if path.is_file():
             return path
-    from dapo_rl.sft import cache_root
+    from dapo_rl.paths import cache_root
 
     cached = cache_root() / "downloads" / GGUF_NAME
     if cached.is_file():

@@ -110,7 +110,7 @@ def build_engine(
     check_engine(rollout, ctx)
     lora = getattr(rollout, "lora", None)
     if rollout.name == "hf":
-        from dapo_rl.actor import load_model
+        from dapo_rl.models.hf import load_model
 
         model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
             ctx.device

@@ -198,8 +198,8 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TRANSPORT_TIMEOUT)
         channel = WeightChannel(store, 1)
-        from dapo_rl.actor import load_tokenizer
         from dapo_rl.distributed import DistContext
+        from dapo_rl.models.hf import load_tokenizer
         from dapo_rl.rollout import build_engine
 
         tokenizer = load_tokenizer(spec.model_path, spec.trust_remote_code)
