@@ -17,7 +17,8 @@ this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s 
 weight group; a push goes to all of them at once, one thread per engine.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
-when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM,
+when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM
+(and SIGINT: a terminal's Ctrl-C reaches it too, and the trainer decides),
 an exit that closed nothing (an uncaught error) would hang in multiprocessing's exit hook, which joins its children
 after a SIGTERM without a deadline: `dapo_rl.children` kills every engine still alive at interpreter exit first.
 """
