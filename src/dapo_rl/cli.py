@@ -21,6 +21,8 @@ from pathlib import Path
 from dapo_rl.data.templates import TEMPLATES
 
 EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+"""`dapo train` stopped by Ctrl-C (`dapo_rl.trainer.EXIT_INTERRUPTED`; not imported here, to keep start-up light)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -401,6 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        if args.command != "train":
+            raise
+        # before `dapo_rl.trainer.run` took Ctrl-C over (it says the same once it has)
+        print(
+            "dapo train: Ctrl-C during start-up, before training began: stopped, nothing to save",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
 
 
 def _data(args) -> int:
