@@ -206,48 +206,116 @@ def test_weights_go_to_all_engines_at_once(model_dir):
         engines.close()
 
 
+CTRL_C_STOPPED = re.compile(
+    r"dapo train: stopped by Ctrl-C \(SIGINT\) after step (\d+); checkpoint (\S+)\. To continue from it: (dapo .*)$",
+    re.M,
+)
+
+
+def _start_in_session(args: list[str], tag: str, out: Path) -> subprocess.Popen:
+    """`python -m dapo_rl.cli ARGS` in a session of its own (so that `os.killpg` signals the run and every process
+    it started, as a terminal's Ctrl-C does), tagged `tag`, its output in `out`.{stdout,stderr}."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dapo_rl.cli", *args],
+        env=dict(os.environ, DAPO_TEST_TAG=tag),
+        stdout=open(out.with_suffix(".stdout"), "w"),
+        stderr=open(out.with_suffix(".stderr"), "w"),
+        start_new_session=True,
+    )
+
+
+def _wait_for_rows(run: Path, proc: subprocess.Popen, rows: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    metrics = run / "metrics.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= rows:
+            return
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    raise AssertionError(f"no {rows} rows in {metrics} after {timeout_s} s")
+
+
+def _ctrl_c_args(base_model: Path, run: Path, k: int) -> list[str]:
+    extra = ["trainer.total_training_steps=50", "trainer.test_freq=0", "trainer.save_freq=-1"]
+    if k:
+        extra += ["async_training.max_staleness=1", "reward.num_workers=1"]
+    else:
+        extra += [
+            "reward.num_workers=1"
+        ]  # a reward worker process in both: it must ignore the terminal's SIGINT
+    return run_args(base_model, run, *extra)
+
+
 @pytest.mark.slow
-def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path):
-    """K=1: two SIGINTs half a second apart while the engine process samples: the run ends within 20 s of the
-    first, with no process left (before: the second one left `close` waiting on the engine's lock, and the
-    interpreter joined an engine that ignores SIGINT, review M1)."""
+@pytest.mark.parametrize("k", [0, 1])
+def test_ctrl_c_once_stops_after_the_step_with_a_checkpoint(base_model, tmp_path, k):
+    """A terminal's Ctrl-C (SIGINT to the process group: the trainer, its reward worker and, K=1, its engine
+    process): one line saying the run stops after the step in progress, then the stop's checkpoint, the line naming
+    it and the command that resumes, exit 130, no traceback from any process, no process left."""
+    import shlex
     import signal
 
     run = tmp_path / "run"
-    args = run_args(
-        base_model,
-        run,
-        "trainer.total_training_steps=50",
-        "trainer.test_freq=0",
-        "async_training.max_staleness=1",
-    )
-    env = dict(os.environ, DAPO_TEST_TAG="ctrlc")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dapo_rl.cli", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    args = _ctrl_c_args(base_model, run, k)
+    tag = f"ctrlc-once{k}"
+    t0 = time.monotonic()
+    proc = _start_in_session(args, tag, tmp_path / "out")
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and proc.poll() is None:
-            metrics = run / "metrics.jsonl"
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "the run ended before it could be interrupted"
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        _wait_for_rows(run, proc, 1)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = (tmp_path / "out.stderr").read_text()
+    print(f"K={k}: Ctrl-C once: exit {proc.returncode}, {time.monotonic() - t0:.1f} s in all")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert (
+        "dapo train: Ctrl-C: stopping after the step in progress, with a checkpoint; press Ctrl-C again to quit "
+        "at once" in err
+    )
+    m = CTRL_C_STOPPED.search(err)
+    assert m, err[-3000:]
+    ckpt = Path(m[2])
+    assert ckpt == run / "checkpoints" / f"global_step_{m[1]}" and (ckpt / "trainer_state.pt").is_file()
+    assert m[3] == "dapo " + shlex.join([*args, "--resume"])
+    assert _left_after(tag) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [0, 1])
+def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path, k):
+    """Two Ctrl-Cs (SIGINT to the process group) half a second apart mid-round: exit 130 within seconds of the
+    second, one line saying no checkpoint was written for the step in progress, no traceback, no process left
+    (before: the second one left `close` waiting on the engine's lock, and the interpreter joined an engine that
+    ignores SIGINT, review M1; and every process printed a KeyboardInterrupt traceback)."""
+    import signal
+
+    run = tmp_path / "run"
+    args = _ctrl_c_args(base_model, run, k)
+    tag = f"ctrlc-twice{k}"
+    proc = _start_in_session(args, tag, tmp_path / "out")
+    try:
+        _wait_for_rows(run, proc, 1)
+        os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
-            proc.kill()
-    print(f"Ctrl-C twice: ended {took:.1f} s after the first, exit code {proc.returncode}")
-    assert took < 20
-    assert _left_after("ctrlc") == []
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = (tmp_path / "out.stderr").read_text()
+    print(f"K={k}: Ctrl-C twice: ended {took:.1f} s after the second, exit code {proc.returncode}")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress" in err, err[
+        -3000:
+    ]
+    assert took < 10
+    assert _left_after(tag) == []
 
 
 def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):

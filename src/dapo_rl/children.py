@@ -1,7 +1,7 @@
 """Child processes that never outlive the run: every process the run starts is registered here and killed at exit.
 
-The reward pool's workers and the asynchronous engine processes ignore SIGTERM (the trainer stops them itself at a
-step boundary). CPython's own exit hook for multiprocessing (``multiprocessing.util._exit_function``) sends SIGTERM
+The reward pool's workers and the asynchronous engine processes ignore SIGTERM and SIGINT (the trainer stops them
+itself at a step boundary, or at once on a second Ctrl-C). CPython's own exit hook for multiprocessing (``multiprocessing.util._exit_function``) sends SIGTERM
 to daemonic children and then joins them without a deadline, so a run that ended by an uncaught error while such a
 child was alive would hang at exit forever. `register` adds a child to a registry whose ``atexit`` hook, registered
 after multiprocessing's and so run before it (``atexit`` is last in, first out), kills (SIGKILL) and joins, with a

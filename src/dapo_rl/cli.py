@@ -5,7 +5,10 @@ Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceba
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
 steps in a row had a non-finite loss or gradient; under several processes, 128 + N when a rank was killed by signal
 N, or a rank's own non-zero code; 143 (128 + SIGTERM): `dapo train` stopped by SIGTERM after saving a checkpoint
-(the message names it and the command that resumes), `dapo ablate` after its current run did.
+(the message names it and the command that resumes), `dapo ablate` after its current run did; 130 (128 + SIGINT):
+`dapo train` stopped by Ctrl-C, after saving a checkpoint (one Ctrl-C: it finishes the step in progress) or at once
+(a second Ctrl-C: no checkpoint of the step in progress; the message names the newest checkpoint and the command
+that resumes from it), with no traceback and no child process left.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 from dapo_rl.data.templates import TEMPLATES
 
 EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+"""`dapo train` stopped by Ctrl-C (`dapo_rl.trainer.EXIT_INTERRUPTED`; not imported here, to keep start-up light)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -398,6 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as e:
         print(f"dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        if args.command != "train":
+            raise
+        # before `dapo_rl.trainer.run` took Ctrl-C over (it says the same once it has)
+        print(
+            "dapo train: Ctrl-C during start-up, before training began: stopped, nothing to save",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
 
 
 def _data(args) -> int:

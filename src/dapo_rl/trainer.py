@@ -12,6 +12,9 @@ rank 0's batches.
 SIGTERM (a scheduler's preemption or time limit, `timeout`, torchrun forwarding it) stops the run at the next step
 boundary: the step in progress finishes (update, weight sync, metrics), the ranks agree on the stop through an
 all-reduce, a checkpoint is saved, and `run` exits with `EXIT_TERMINATED` and the command that resumes.
+Ctrl-C (SIGINT) under `run` does the same once (exit `EXIT_INTERRUPTED`, 130); pressed again it quits at once,
+without a checkpoint of the step in progress, naming the newest checkpoint (`_CtrlC`). Child processes (reward
+workers, engine processes) ignore both signals: the trainer ends them.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from dapo_rl.distributed import (
     barrier,
     broadcast_object,
     launched_rank,
+    launched_world_size,
 )
 from dapo_rl.models.hf import load_tokenizer, model_context_length
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
@@ -78,6 +82,7 @@ from dapo_rl.tracking import Tracking, check_trackers
 
 __all__ = [
     "EXIT_DYNAMIC_SAMPLING_EXHAUSTED",
+    "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "EXIT_TRAINING_DIVERGED",
     "DynamicSamplingExhausted",
@@ -103,17 +108,33 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 ended by SIGTERM, so that a scheduler or a script does not take the run as finished (Slurm's `afterok`, a pipeline's
 next stage) while the message says where the checkpoint is and how to resume."""
 
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""Exit code of `dapo train` stopped by Ctrl-C (SIGINT): 130, what a shell reports for a process ended by SIGINT;
+after saving a checkpoint (one Ctrl-C) or at once, without one for the step in progress (a second Ctrl-C)."""
+
+CTRL_C_REPEAT_S = 1.0
+"""Under a launcher, a Ctrl-C that comes within this many seconds of the first is the same press: a terminal signals
+every rank, and torchrun's agent forwards the signal to the ranks once more."""
+
 
 class TrainingDiverged(RuntimeError):
     """`trainer.max_consecutive_bad_steps` steps in a row had a non-finite loss or gradient."""
 
 
 class TrainingStopped(Exception):
-    """SIGTERM stopped the run at a step boundary, after `checkpoint` (the step's checkpoint) was written."""
+    """SIGTERM or Ctrl-C (`signum`) stopped the run at a step boundary, after `checkpoint` (the step's checkpoint)
+    was written; `exit_code` is `EXIT_TERMINATED` or `EXIT_INTERRUPTED`."""
 
-    def __init__(self, step: int, checkpoint: Path):
-        super().__init__(f"stopped by SIGTERM after step {step}; checkpoint {checkpoint}")
+    def __init__(self, step: int, checkpoint: Path, signum: int = signal.SIGTERM):
+        what = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
+        super().__init__(f"stopped by {what} after step {step}; checkpoint {checkpoint}")
         self.step, self.checkpoint = step, checkpoint
+        self.exit_code = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C before training began, or a second Ctrl-C: `run` quits at once (a KeyboardInterrupt, so that no
+    ``except Exception`` on the way swallows it)."""
 
 
 def _quiet(_msg: str) -> None:
@@ -187,7 +208,8 @@ class Trainer:
         self.prompt_policy = prompt_policy(cfg.algorithm.filter_groups)  # checkpointed as "dynamic_sampling"
         # `carry_surplus`: kept groups for the next step (not checkpointed: a resumed run starts without them)
         self.carry: list[PromptGroup] = []
-        self.sigterm = False  # set by the SIGTERM handler during `fit`
+        # SIGTERM (`fit`'s handler) or SIGINT (`run`'s first Ctrl-C): stop at the next step boundary
+        self.stop_signal = 0
         self.async_k = cfg.async_training.max_staleness
         rc = cfg.algorithm.rollout_correction
         bias = truncated_sampling_bias(
@@ -961,8 +983,8 @@ class Trainer:
                 if console:
                     write(self._format(row))
                 # the safe point: this step's update and weight sync are done, the next rollout has not begun
-                if not last and self.stop_requested():
-                    raise TrainingStopped(self.step, saved or self.save_checkpoint())
+                if not last and (signum := self.stop_requested()):
+                    raise TrainingStopped(self.step, saved or self.save_checkpoint(), signum)
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
@@ -975,31 +997,35 @@ class Trainer:
             self.pool.close()
             if self.tracking is not None:
                 self.tracking.finish()
-            if main and self.metrics_path.exists():
+            quitting = isinstance(sys.exc_info()[1], Interrupted)  # a second Ctrl-C: no figure, quit at once
+            if main and self.metrics_path.exists() and not quitting:
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows
 
     def _catch_sigterm(self):
-        """From here on, SIGTERM sets `self.sigterm` instead of ending the process (`fit` stops at the next step
-        boundary); a repeated SIGTERM changes nothing. Returns the handler to restore, or None off the main thread
-        (where Python cannot set one)."""
+        """From here on, SIGTERM sets `self.stop_signal` instead of ending the process (`fit` stops at the next step
+        boundary); a repeated SIGTERM, or one after a Ctrl-C, changes nothing. Returns the handler to restore, or
+        None off the main thread (where Python cannot set one)."""
         if threading.current_thread() is not threading.main_thread():
             return None
 
         def on_sigterm(signum, frame):
-            if not self.sigterm and self.ctx.is_main:  # os.write: safe inside a signal handler, unlike print
+            if self.stop_signal:  # a stop asked for already (a Ctrl-C, or SIGTERM): the same stop
+                return
+            self.stop_signal = signal.SIGTERM
+            if self.ctx.is_main:  # os.write: safe inside a signal handler, unlike print
                 os.write(
                     2,
                     b"dapo train: SIGTERM received: stopping after the step in progress, with a checkpoint\n",
                 )
-            self.sigterm = True
 
         return signal.signal(signal.SIGTERM, on_sigterm)
 
-    def stop_requested(self) -> bool:
-        """Whether any rank received SIGTERM (an all-reduce at the step boundary, so every rank stops after the
-        same step). A collective: every rank calls it."""
-        return all_reduce([float(self.sigterm)], self.ctx, op="max")[0] > 0
+    def stop_requested(self) -> int:
+        """The stop signal any rank received (SIGTERM before SIGINT when ranks differ), or 0: an all-reduce at the
+        step boundary, so every rank stops after the same step with the same exit code. A collective: every rank
+        calls it."""
+        return int(all_reduce([float(self.stop_signal)], self.ctx, op="max")[0])
 
     def budget_spent(self) -> bool:
         """Whether `trainer.max_generated_samples` (when set) responses have been sampled."""
@@ -1143,6 +1169,77 @@ def _say_sigterm_at_startup():
     return signal.signal(signal.SIGTERM, on_sigterm)
 
 
+class _CtrlC:
+    """`run`'s SIGINT handler, as verl, TRL and torchtitan users expect it. Before training begins a Ctrl-C quits
+    (nothing to save). Once `trainer` is set, the first Ctrl-C asks for a stop at the next step boundary with a
+    checkpoint, as SIGTERM does (`Trainer.stop_signal`); the next one raises `Interrupted` in the main thread, so
+    the run quits at once. Once `closing` is set (the run's own teardown, every wait of which has a deadline),
+    Ctrl-C is ignored, so that teardown finishes and leaves no child process. Under a launcher, a second SIGINT
+    within `CTRL_C_REPEAT_S` of the first is the same press (torchrun forwards the terminal's SIGINT to the ranks).
+    """
+
+    def __init__(self):
+        self.trainer: Trainer | None = None
+        self.first: float | None = None  # time.monotonic() of the first Ctrl-C
+        self.closing = False
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():  # Python sets handlers there alone
+            self.previous = signal.signal(signal.SIGINT, self)
+
+    def __call__(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self.closing:
+            return
+        if self.first is not None and launched_world_size() > 1 and now - self.first < CTRL_C_REPEAT_S:
+            return
+        if self.first is None and self.trainer is not None:
+            self.first = now
+            if not self.trainer.stop_signal:
+                self.trainer.stop_signal = signal.SIGINT
+            if launched_rank() == 0:  # os.write: safe inside a signal handler, unlike print
+                os.write(
+                    2,
+                    b"dapo train: Ctrl-C: stopping after the step in progress, with a checkpoint; "
+                    b"press Ctrl-C again to quit at once\n",
+                )
+            return
+        self.first = self.first or now
+        self.closing = True
+        raise Interrupted()
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _say_interrupted(e: Interrupted, trainer: Trainer | None, resume_hint) -> None:
+    """Rank 0's line for a run that `Interrupted` ended: before training began, or a second Ctrl-C (after the stop's
+    checkpoint, when the first Ctrl-C's stop had written it already)."""
+    if trainer is None:
+        print(
+            "dapo train: Ctrl-C during start-up, before training began: stopped, nothing to save",
+            file=sys.stderr,
+        )
+        return
+    if isinstance(
+        e.__context__, TrainingStopped
+    ):  # the stop's checkpoint was written; its teardown cut short
+        print(f"dapo train: {e.__context__}. To continue from it: {resume_hint}", file=sys.stderr, flush=True)
+        return
+    ckpt = latest_checkpoint(trainer.out)
+    newest = (
+        f"the newest checkpoint is {ckpt}. To continue from it: {resume_hint}"
+        if ckpt is not None
+        else "there is no checkpoint to continue from"
+    )
+    print(
+        f"dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress (step "
+        f"{trainer.step}); {newest}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None = None) -> int:
     """`dapo train` on this process: join the launcher's job (or run alone), train, and return the exit code.
 
@@ -1151,7 +1248,10 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
 
     SIGTERM before training has begun ends the process with a line that says so (nothing to save yet); once it
     has begun, SIGTERM stops the run after the step in progress with a checkpoint (`Trainer.fit`);
-    rank 0 then names the checkpoint and the command that resumes (`resume_command`). Under torchrun, which
+    rank 0 then names the checkpoint and the command that resumes (`resume_command`). Ctrl-C (SIGINT) does the
+    same, with `EXIT_INTERRUPTED`; a second Ctrl-C (or one before training began) quits at once, naming the newest
+    checkpoint and the command that resumes from it (`_CtrlC`); the teardown that follows ignores further presses
+    and waits on nothing without a deadline. Under torchrun, which
     forwards SIGTERM to the ranks and kills them after its shutdown timeout (torchrun `--shutdown-timeout`, env
     `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, default 30 s), that timeout must exceed a step's length.
 
@@ -1160,7 +1260,8 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
 
     Returns:
         0 done; `EXIT_CONFIG`; `EXIT_DYNAMIC_SAMPLING_EXHAUSTED`; `EXIT_TRAINING_DIVERGED`; `EXIT_TERMINATED`
-        (143 = 128 + SIGTERM) stopped by SIGTERM after saving a checkpoint.
+        (143 = 128 + SIGTERM) stopped by SIGTERM after saving a checkpoint; `EXIT_INTERRUPTED` (130 = 128 +
+        SIGINT) stopped by Ctrl-C, with a checkpoint (once) or at once (twice).
     """
     from dapo_rl.distributed import init_distributed, shutdown
 
@@ -1168,9 +1269,19 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     trainer = None
     start = time.perf_counter()
     startup_handler = _say_sigterm_at_startup()
+    ctrl_c = _CtrlC()
+
+    def resume_hint() -> (
+        str
+    ):  # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
+        return resume_command(
+            command, ctx is not None and ctx.distributed and cfg.trainer.nproc_per_node == 1
+        )
+
     try:
         ctx = init_distributed(cfg.trainer.device)
         trainer = Trainer(cfg, resume=resume, log=log, ctx=ctx)
+        ctrl_c.trainer = trainer
         if ctx.is_main:
             print(f"dapo train: run directory {trainer.out}", flush=True)
         first_step = trainer.step  # > 0 after --resume
@@ -1190,15 +1301,15 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
             print(summary, flush=True)
         return 0
     except TrainingStopped as e:
+        ctrl_c.closing = True
         if ctx.is_main:
-            # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
-            external = ctx.distributed and cfg.trainer.nproc_per_node == 1
-            print(
-                f"dapo train: {e}. To continue from it: {resume_command(command, external)}",
-                file=sys.stderr,
-                flush=True,
-            )
-        return EXIT_TERMINATED
+            print(f"dapo train: {e}. To continue from it: {resume_hint()}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except Interrupted as e:
+        ctrl_c.closing = True
+        if launched_rank() == 0:
+            _say_interrupted(e, trainer, resume_hint())
+        return EXIT_INTERRUPTED
     except (DynamicSamplingExhausted, TrainingDiverged) as e:
         if ctx is None or ctx.is_main:
             print(f"dapo train: stopped at step {trainer.step if trainer else 0}: {e}", file=sys.stderr)
@@ -1212,17 +1323,20 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
         print(f"{prefix}dapo: error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception as e:
-        if trainer is None or not trainer.sigterm or not ctx.distributed:
+        if trainer is None or not trainer.stop_signal or not ctx.distributed:
             raise
-        # the launcher stops the surviving ranks with SIGTERM when one died: the next collective fails here
+        # the launcher stops the surviving ranks with SIGTERM when one died (one that quit on a second Ctrl-C,
+        # say): the next collective fails here
         first = (str(e).strip().splitlines() or [""])[0][:200]
+        name = signal.Signals(trainer.stop_signal).name
         print(
-            f"[rank {ctx.rank}] dapo train: stopped by SIGTERM; a collective failed before the step boundary, so no "
+            f"[rank {ctx.rank}] dapo train: stopped by {name}; a collective failed before the step boundary, so no "
             f"checkpoint was written ({type(e).__name__}: {first})",
             file=sys.stderr,
         )
-        return EXIT_TERMINATED
+        return EXIT_INTERRUPTED if trainer.stop_signal == signal.SIGINT else EXIT_TERMINATED
     finally:
+        ctrl_c.closing = True  # the teardown below waits on nothing without a deadline: let it finish
         if startup_handler is not None:
             signal.signal(signal.SIGTERM, startup_handler)
         # the producer, the reward pool and the engine (vLLM's teardown also ends torch.distributed's groups;
@@ -1234,3 +1348,4 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
                 print(f"dapo train: the rollout engine did not shut down cleanly ({e})", file=sys.stderr)
         if ctx is not None:
             shutdown(ctx)
+        ctrl_c.restore()

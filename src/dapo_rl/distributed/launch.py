@@ -35,11 +35,12 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     Each rank reads `RANK`/`WORLD_SIZE` and joins the group (`dapo_rl.distributed.init_distributed`); rank 0 prints
     the run's lines. When a rank dies, the launcher stops the others and this says which rank and how. SIGTERM to
     this process is forwarded to the ranks, which save a checkpoint after the step in progress and exit
-    (`dapo_rl.trainer.run`); the launcher waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds (default 30) for them
+    (`dapo_rl.trainer.run`), and so is SIGINT (a terminal's Ctrl-C also reaches the ranks directly: they take the two
+    as one press); the launcher waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds (default 30) for them
     before it kills them.
 
     Returns:
-        0; the ranks' common exit code (2, 3, 4, or 143 after SIGTERM); 128 + the signal number for a rank killed by
+        0; the ranks' common exit code (2, 3, 4, 143 after SIGTERM, or 130 after Ctrl-C); 128 + the signal number for a rank killed by
         a signal, or for this process stopped by one; or the first failed rank's code.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -69,9 +70,9 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     except ChildFailedError as e:
         failures = sorted(e.failures.items(), key=lambda kv: kv[1].timestamp)
         rank, first = failures[0]
-        if first.exitcode in (2, 3, 4, 128 + signal.SIGTERM):
-            # a configuration error, exhausted sampling, divergence, or a SIGTERM the ranks got directly (Slurm
-            # signals every process) and stopped on with a checkpoint: the rank said why
+        if first.exitcode in (2, 3, 4, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+            # a configuration error, exhausted sampling, divergence, or a SIGTERM or Ctrl-C the ranks got directly
+            # (Slurm and a terminal signal every process) and stopped on: the rank said why
             return first.exitcode
         # the launcher stops the surviving ranks with SIGTERM (they exit at once, or with 143 when they were past
         # set-up): report only the ranks that failed by themselves

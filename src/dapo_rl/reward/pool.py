@@ -16,8 +16,8 @@ directory, no network, no child processes, no exec), so a scorer that evaluated 
 nothing outside that worker. With ``num_workers=0`` the items whose scorer evaluates text
 (`dapo_rl.reward.score.evaluates_text`) are still scored in one such worker.
 
-Workers ignore SIGTERM: `timeout` and Slurm signal every process of the job, and the trainer scores its last step
-before it stops (`dapo_rl.trainer`); a worker ends when the pool closes its pipe or kills it, and any worker still
+Workers ignore SIGTERM and SIGINT: `timeout`, Slurm and a terminal's Ctrl-C signal every process of the job, and the
+trainer scores its last step before it stops (`dapo_rl.trainer`); a worker ends when the pool closes its pipe or kills it, and any worker still
 alive when the interpreter exits is killed then (`dapo_rl.children`).
 """
 
@@ -115,6 +115,7 @@ def _close_inherited_fds(keep: int) -> None:
 
 def _worker(conn: Connection, verifier: str, timeout_s: float, workdir: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the pool ends it (see the module docstring)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C too: no traceback; the trainer decides
     from dapo_rl.reward.score import compute_score
     from dapo_rl.sandbox import confine, cpu_budget
 

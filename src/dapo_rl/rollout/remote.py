@@ -22,7 +22,8 @@ freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (revie
 rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
-when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM,
+when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM
+(and SIGINT: a terminal's Ctrl-C reaches it too, and the trainer decides),
 an exit that closed nothing (an uncaught error) would hang in multiprocessing's exit hook, which joins its children
 after a SIGTERM without a deadline: `dapo_rl.children` kills every engine still alive at interpreter exit first.
 """
