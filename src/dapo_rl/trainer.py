@@ -1221,9 +1221,7 @@ def _say_interrupted(e: Interrupted, trainer: Trainer | None, resume_hint) -> No
             file=sys.stderr,
         )
         return
-    if isinstance(
-        e.__context__, TrainingStopped
-    ):  # the stop's checkpoint was written; its teardown cut short
+    if isinstance(e.__context__, TrainingStopped):  # the stop's checkpoint is written; its teardown was cut
         print(f"dapo train: {e.__context__}. To continue from it: {resume_hint}", file=sys.stderr, flush=True)
         return
     ckpt = latest_checkpoint(trainer.out)
@@ -1271,9 +1269,8 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     startup_handler = _say_sigterm_at_startup()
     ctrl_c = _CtrlC()
 
-    def resume_hint() -> (
-        str
-    ):  # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
+    def resume_hint() -> str:
+        # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
         return resume_command(
             command, ctx is not None and ctx.distributed and cfg.trainer.nproc_per_node == 1
         )
