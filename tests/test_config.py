@@ -83,6 +83,9 @@ def test_wrong_type_is_a_config_error():
         ("algorithm.clip_ratio_high=nan", r"^algorithm.clip_ratio_high=nan must be a number >= 0$"),
         ("algorithm.loss_scale_factor=nan", r"^algorithm.loss_scale_factor=nan must be a finite number > 0$"),
         ("actor.lr=nan", r"^actor.lr=nan must be a finite number >= 0$"),
+        ("trainer.save_freq=-5", r"^trainer.save_freq=-5 must be >= 1, or -1 \(only the last step\)$"),
+        ("trainer.test_freq=-2", r"^trainer.test_freq=-2 must be >= 1, or -1 \(off\)$"),
+        ("sft.save_freq=-1", r"^sft.save_freq=-1 must be >= 0 \(0: no checkpoints\)$"),
     ],
 )
 def test_invalid_values_name_the_setting(override, message):
@@ -248,3 +251,9 @@ def test_non_finite_numbers_are_refused_where_they_would_break_later_but_inf_cli
     cfg = load_config(None, ["algorithm.clip_ratio_c=inf", "algorithm.clip_ratio_high=inf"])
     assert cfg.algorithm.clip_ratio_c == float("inf") and cfg.algorithm.clip_ratio_high == float("inf")
     assert load_config(None, ["reward.timeout_s=0.5"]).reward.timeout_s == 0.5
+
+
+def test_save_and_test_freq_keep_their_documented_off_values():
+    for v in (-1, 0, 1, 7):
+        cfg = load_config(None, [f"trainer.save_freq={v}", f"trainer.test_freq={v}"])
+        assert (cfg.trainer.save_freq, cfg.trainer.test_freq) == (v, v)

@@ -506,7 +506,7 @@ class TrainerConfig:
     round's sampling, validation sampling and `actor.shuffle`. The problems themselves come from
     `data.*_reasoning_gym.seed`, the base model from `sft.seed`."""
     test_freq: int = 5
-    """Validate every N steps (and at step 0 when `val_before_train`); -1 disables."""
+    """Validate every N steps (and at step 0 when `val_before_train`); -1 (or 0) disables."""
     test_freq_samples: int = 0
     """Also validate at the first step after the run's sampled responses (`train/gen_samples_total`) pass each
     multiple of this; 0: off. Runs that sample at different rates per step (dynamic sampling) are then validated
@@ -515,7 +515,7 @@ class TrainerConfig:
     """Validate once before the first step (step 0: the starting model's score; verl's name), when validation is on
     (`test_freq` or `test_freq_samples`); never on a resumed run."""
     save_freq: int = -1
-    """Checkpoint every N steps; the last step is always saved. -1: only the last step."""
+    """Checkpoint every N steps; the last step is always saved. -1 (or 0): only the last step."""
     max_ckpt_to_keep: int = 2
     """Keep this many newest checkpoints (0 or less: keep all)."""
     num_threads: int = 0
@@ -1067,6 +1067,14 @@ def validate_config(cfg: Config) -> None:
             f"data.gen_batch_size={d.gen_batch_size} must be >= data.train_batch_size={d.train_batch_size}: one "
             "generation round must be able to fill a training batch (DAPO samples 3x train_batch_size)"
         )
+    for key, val, off in (
+        ("trainer.save_freq", cfg.trainer.save_freq, "only the last step"),
+        ("trainer.test_freq", cfg.trainer.test_freq, "off"),
+    ):
+        if val < -1:
+            raise ConfigError(f"{key}={val} must be >= 1, or -1 ({off})")
+    if cfg.sft.save_freq < 0:
+        raise ConfigError(f"sft.save_freq={cfg.sft.save_freq} must be >= 0 (0: no checkpoints)")
     if cfg.trainer.max_consecutive_bad_steps < 0:
         raise ConfigError(
             f"trainer.max_consecutive_bad_steps={cfg.trainer.max_consecutive_bad_steps} must be >= 0 (0: never stop)"
