@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,45 @@ def _payloads(target: Path) -> list[str]:
 )
 def test_answer_grammar_by_hand(task, answer, metadata, refused):
     assert (refusal(task, answer, "GOLD", metadata) is not None) is refused
+
+
+TOWERS = ["9**9**9**9**9", "99999999999**99999999999", "2^2^2^2^2^2"]
+
+
+@pytest.mark.parametrize("answer", TOWERS)
+def test_power_towers_are_refused_in_well_under_a_second(answer):
+    """Each of these passed the grammar and then cost the scorer its whole time-out and a worker kill."""
+    e = _entry("countdown")
+    t0 = time.perf_counter()
+    reason = refusal("countdown", answer, e["answer"], e["metadata"])
+    res = compute_score("reasoning_gym/countdown", f"Answer: {answer}", e["answer"], e)
+    took = time.perf_counter() - t0
+    assert reason == "an exponent of more than 4 digits"
+    assert res["score"] == -1.0 and res["refused"] is True and not res["acc"]
+    assert took < 0.1, took
+    # the same towers in an algebra task, and with a variable in the exponent
+    assert refusal("polynomial_multiplication", answer, "x**2", {"variables": ["x"]}) == reason
+    assert refusal("polynomial_multiplication", "x**x**x", "x**2", {"variables": ["x"]}) == (
+        "an exponent with a power of its own (a power tower)"
+    )
+
+
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("2^2^2^2", None),  # 2**16: small, computed and kept
+        ("(94 - 61) * 6 ^ 2 ** 1", None),
+        ("2**9999", None),  # 3010 digits
+        ("(9**9999)**9999", "a power of more than 10000 digits"),
+        ("9999**9999", "a power of more than 10000 digits"),
+        ("2**(9999*9999)", "an exponent of more than 4 digits"),
+        ("2**-99999", "an exponent of more than 4 digits"),
+        ("x**(2**3) + x**(1/2)", None),
+        ("(x + 1)**99999", "an exponent of more than 4 digits"),
+    ],
+)
+def test_powers_are_bounded_by_value(answer, reason):
+    assert refusal("polynomial_multiplication", answer, "x**2", {"variables": ["x"]}) == reason
 
 
 def test_the_gold_always_passes_and_composite_resolves_its_task():

@@ -97,3 +97,15 @@ def test_overrides_may_follow_resume():
 
     args = _parser().parse_args(_flags_last(["train", "a.b=1", "--resume", "c.d=2"]))
     assert args.resume and [args.recipe, *args.overrides] == ["a.b=1", "c.d=2"]
+
+
+def test_score_refuses_a_timeout_that_is_not_a_finite_positive_number(capsys):
+    for bad in ("nan", "inf", "0", "-1"):
+        assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--timeout-s", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"--timeout-s={float(bad)} must be a finite number > 0"), err
+        assert len(err.splitlines()) == 1
+    assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--num-workers", "-1"]) == 2
+    assert "--num-workers=-1 must be >= 0" in capsys.readouterr().err
+    assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--timeout-s", "2.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["acc"] is True

@@ -73,6 +73,19 @@ def test_wrong_type_is_a_config_error():
         ("rollout.temperature=0", "greedy"),
         ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
         ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),
+        # NaN passes a refusal written `<= 0`; inf overflows the per-answer timer
+        ("reward.timeout_s=nan", r"^reward.timeout_s=nan must be a finite number > 0$"),
+        ("reward.timeout_s=inf", r"^reward.timeout_s=inf must be a finite number > 0$"),
+        ("reward.timeout_s=0", r"^reward.timeout_s=0.0 must be a finite number > 0$"),
+        ("rollout.temperature=nan", r"^rollout.temperature=nan must be a finite number >= 0$"),
+        ("rollout.val_kwargs.temperature=nan", r"^rollout.val_kwargs.temperature=nan must be"),
+        ("algorithm.clip_ratio_c=nan", r"^algorithm.clip_ratio_c=nan must be a number > 1$"),
+        ("algorithm.clip_ratio_high=nan", r"^algorithm.clip_ratio_high=nan must be a number >= 0$"),
+        ("algorithm.loss_scale_factor=nan", r"^algorithm.loss_scale_factor=nan must be a finite number > 0$"),
+        ("actor.lr=nan", r"^actor.lr=nan must be a finite number >= 0$"),
+        ("trainer.save_freq=-5", r"^trainer.save_freq=-5 must be >= 1, or -1 \(only the last step\)$"),
+        ("trainer.test_freq=-2", r"^trainer.test_freq=-2 must be >= 1, or -1 \(off\)$"),
+        ("sft.save_freq=-1", r"^sft.save_freq=-1 must be >= 0 \(0: no checkpoints\)$"),
     ],
 )
 def test_invalid_values_name_the_setting(override, message):
@@ -229,3 +242,18 @@ def test_the_engines_gpu_share_defaults_by_where_it_runs():
     )
     with pytest.raises(ConfigError, match=r"rollout.gpu_memory_utilization=1.5 must be in \[0, 1\]"):
         validate_config(load_config(overrides=["rollout.gpu_memory_utilization=1.5"]))
+
+
+def test_non_finite_numbers_are_refused_where_they_would_break_later_but_inf_clip_bounds_are_kept():
+    with pytest.raises(ConfigError, match=r"^actor.lora.alpha=nan must be a finite number > 0$"):
+        load_config(None, ["actor.lora.rank=4", "actor.lora.alpha=nan"])
+    # an infinite clip bound is a way to switch that clip off, as a very large one is
+    cfg = load_config(None, ["algorithm.clip_ratio_c=inf", "algorithm.clip_ratio_high=inf"])
+    assert cfg.algorithm.clip_ratio_c == float("inf") and cfg.algorithm.clip_ratio_high == float("inf")
+    assert load_config(None, ["reward.timeout_s=0.5"]).reward.timeout_s == 0.5
+
+
+def test_save_and_test_freq_keep_their_documented_off_values():
+    for v in (-1, 0, 1, 7):
+        cfg = load_config(None, [f"trainer.save_freq={v}", f"trainer.test_freq={v}"])
+        assert (cfg.trainer.save_freq, cfg.trainer.test_freq) == (v, v)

@@ -352,6 +352,100 @@ def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):
     assert not _reads_as_damage(MemoryError())
 
 
+def _truncate(f: Path) -> Path:
+    with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size // 2)
+    return f
+
+
+def test_a_cut_rng_file_or_model_safetensors_is_named_with_the_intact_checkpoint(tmp_path):
+    """A cut `rng_rank0.pt` and a cut `model/model.safetensors` are named by `checkpoint_problem` (the file, not the
+    checkpoint directory), and `check_resumable` refuses them in one line naming the newest intact checkpoint."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+
+    from dapo_rl.checkpoint import check_resumable, intact_before, safetensors_problem
+    from dapo_rl.config import ConfigError
+
+    def write(step: int) -> Path:
+        ckpt = tmp_path / "checkpoints" / f"global_step_{step}"
+        dcp.save({"w": torch.arange(64.0)}, checkpoint_id=str(ckpt / "dcp"), no_dist=True)
+        (ckpt / "model").mkdir()
+        save_file({"w": torch.arange(4096.0), "b": torch.zeros(3)}, str(ckpt / "model" / "model.safetensors"))
+        torch.save({"torch": torch.get_rng_state(), "python": list(range(600))}, ckpt / "rng_rank0.pt")
+        torch.save({"step": step}, ckpt / "trainer_state.pt")
+        return ckpt
+
+    one, two, three = write(1), write(2), write(3)
+    assert [checkpoint_problem(c) for c in (one, two, three)] == [None, None, None]
+    check_resumable(three)
+    model = three / "model" / "model.safetensors"
+    full = model.stat().st_size
+    assert safetensors_problem(model) is None
+    _truncate(model)
+    assert checkpoint_problem(three) == f"{model}: {full // 2} bytes, the header needs {full}"
+    rng = _truncate(two / "rng_rank0.pt")
+    assert checkpoint_problem(two).startswith(f"{rng}: ")
+    assert intact_before(three) == one
+    with pytest.raises(ConfigError) as info:
+        check_resumable(three)
+    msg = str(info.value)
+    assert len(msg.splitlines()) == 1 and f"({model}: {full // 2} bytes" in msg
+    assert f"the newest intact checkpoint is {one}" in msg
+    with pytest.raises(ConfigError) as info:
+        check_resumable(two)
+    msg = str(info.value)
+    assert (
+        len(msg.splitlines()) == 1 and f"is damaged ({rng}: " in msg and f"intact checkpoint is {one}" in msg
+    )
+    # a header cut inside its own length, and a file of less than the 8-byte length
+    model.write_bytes(model.read_bytes()[:20])
+    assert safetensors_problem(model).startswith("20 bytes, the header alone needs ")
+    model.write_bytes(b"\x01\x00")
+    assert safetensors_problem(model) == "2 bytes: no header"
+
+
+def test_a_long_load_error_is_shortened_at_a_word():
+    from dapo_rl.checkpoint import PROBLEM_CHARS, _short
+
+    words = " ".join(f"word{i:03d}" for i in range(60))  # 479 characters, words of 7
+    got = _short(RuntimeError(words + "\nsecond line"))
+    assert got.startswith("RuntimeError: word000 word001") and got.endswith(" ...")
+    kept = got.removeprefix("RuntimeError: ").removesuffix(" ...")
+    assert len(kept) <= PROBLEM_CHARS and words.startswith(kept) and words[len(kept)] == " "
+    assert _short(EOFError()) == "EOFError" and _short(ValueError("short")) == "ValueError: short"
+
+
+@pytest.mark.slow
+def test_resume_from_a_cut_model_safetensors_or_rng_file_exits_2_with_one_line(model_dir, tmp_path):
+    """Steps 1-3, a checkpoint each. Step 3's `model/model.safetensors` cut in half: `--resume` used to build the
+    engine from it (a traceback, exit 1); now exit 2 and one line naming that file and step 2. Moved aside as the
+    line says, step 2's cut `rng_rank0.pt` is named the same way (it was the checkpoint directory), with step 1."""
+    run = tmp_path / "run"
+    args = run_args(
+        model_dir, run, "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.max_ckpt_to_keep=3",
+        "trainer.test_freq=0", "algorithm.filter_groups.enable=false",  # the random model solves nothing
+    )  # fmt: skip
+    r = dapo(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ckpts = run / "checkpoints"
+    for step, name, intact in ((3, "model/model.safetensors", 2), (2, "rng_rank0.pt", 1)):
+        damaged = _truncate(ckpts / f"global_step_{step}" / name)
+        intact = ckpts / f"global_step_{intact}"
+        t0 = time.monotonic()
+        r = dapo(*args, "--resume")
+        took = time.monotonic() - t0
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert "Traceback" not in r.stderr, r.stderr[-3000:]
+        lines = [x for x in r.stderr.splitlines() if x.startswith("dapo: error:")]
+        assert len(lines) == 1, r.stderr[-3000:]
+        assert f"checkpoint {ckpts / f'global_step_{step}'} is damaged ({damaged}: " in lines[0], lines[0]
+        assert f"newest intact checkpoint is {intact}" in lines[0], lines[0]
+        print(f"step {step}: refused in {took:.1f} s: {lines[0]}")
+        m = re.search(r"\(mv (\S+) (\S+)\)", lines[0])
+        os.rename(m.group(1), m.group(2))
+
+
 def test_an_engine_process_aborts_its_request_and_serves_the_next(model_dir):
     """Review async-lora m3: `abort` (from another thread, without the lock) stops the engine process's `generate`
     in flight with `GenerationAborted` within seconds; the engine then serves the next request; an abort withdrawn

@@ -103,3 +103,10 @@ def test_adversarial_answers_settle_within_the_time_limit(verifier):
             assert res["score"] in (-1.0, 1.0)
     # the megabyte response does end with the right answer
     assert compute_score("math", ADVERSARIAL[3], "42")["acc"] is True
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])
+def test_pool_refuses_a_timeout_that_is_not_a_finite_positive_number(bad):
+    # NaN passes `timeout_s <= 0`, and then every answer would time out with the model blamed
+    with pytest.raises(ValueError, match=rf"^reward.timeout_s={bad} must be a finite number > 0$"):
+        RewardPool("auto", num_workers=0, timeout_s=bad)

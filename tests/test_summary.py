@@ -39,6 +39,8 @@ def test_summary_names_the_gain_the_time_and_the_paths(tmp_path):
     fig.unlink()
     text = closing_summary(tmp_path, m, None, fig, wall_seconds=59.6, steps=3)
     assert text.splitlines()[0] == "dapo train: done, 3 steps in 1m00s"
+    text = closing_summary(tmp_path, m, None, fig, wall_seconds=12.0, steps=1)
+    assert text.splitlines()[0] == "dapo train: done, 1 step in 0m12s"
     text = closing_summary(tmp_path, m, None, fig, wall_seconds=48.2, steps=30, resumed_at=12)
     assert text.splitlines()[0] == "dapo train: done, steps 13-30 (resumed from step 12) in 0m48s"
     text = closing_summary(tmp_path, m, None, fig, wall_seconds=21.0, steps=33, resumed_at=32)

@@ -40,6 +40,12 @@ def _score(response: str, ground_truth, *, lenient: bool = False) -> dict:
         ("Answer: 12\n\nHmm, wait. Let me redo this: \\boxed{1", "12"),  # the open box comes after the line
         ("\\boxed{12} and \\boxed{13} or maybe \\fbox{14", "12, 13"),
         ("Answer: \\boxed{12", "12"),  # the answer line itself was cut inside its box
+        # cut right after the box command, before its brace: the earlier box does not win either
+        ("\\boxed{12} hmm \\boxed", "12"),
+        ("\\boxed{12} hmm \\boxed ", "12"),
+        ("\\boxed{12} hmm \\boxed\n\n", "12"),
+        ("\\boxed{12} hmm \\fbox", "12"),
+        ("Answer: 12\n\nWait, let me box it: \\boxed", "12"),
     ],
 )
 def test_open_final_box_is_no_answer(response, ground_truth):
@@ -70,6 +76,10 @@ def test_open_final_box_is_no_answer(response, ground_truth):
         ("\\boxed{\\frac{1}{2}}", "0.5", "\\frac{1}{2}", True),
         # an unbalanced brace in the prose before the box does not open the box
         ("The set {1, 2 has two elements, so \\boxed{2}", "2", "2", True),
+        # a box command in the middle of the text, or glued to a word, is no cut box
+        ("I use \\boxed to mark it: \\boxed{12}", "12", "12", True),
+        ("\\boxed{12} and \\boxedx", "12", "12", True),
+        ("\\boxed 12", "12", "12", True),
     ],
 )
 def test_answer_after_open_box_still_counts(response, ground_truth, pred, correct):
@@ -223,3 +233,17 @@ def test_tower_answer_for_a_rational_gold_is_an_unevaluated_expression():
     assert _score("Answer: $2^{2^{2}}$", "16")["acc"] is False
     assert _score("Answer: $2^{2^{2}}$", "16", lenient=True)["acc"] is True
     assert _score("Answer: $2^{2^{2}}$", "17", lenient=True)["acc"] is False
+
+
+def test_math_dapo_reads_answer_lines_only_so_a_cut_box_changes_nothing():
+    """DAPO's reference scorer never reads a box outside its "Answer:" line, so it has no earlier box to let win: a
+    trailing bare ``\\boxed`` leaves its verdict as the reference gives it."""
+    from dapo_rl.reward.math_dapo import compute_score_math_dapo
+
+    assert compute_score_math_dapo("\\boxed{12} hmm \\boxed", "12") == {
+        "score": WRONG_SCORE,
+        "acc": False,
+        "pred": "[INVALID]",
+    }
+    got = compute_score_math_dapo("Answer: 12\n\nWait, let me box it: \\boxed", "12")
+    assert got["acc"] is True and got["score"] == CORRECT_SCORE and got["pred"] == "12"

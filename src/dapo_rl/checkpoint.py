@@ -148,10 +148,54 @@ def save_checkpoint(
     return final
 
 
+PROBLEM_CHARS = 200
+"""A load error's first line is shortened to about this many characters (at a word boundary) in the message."""
+
+
+def _short(e: BaseException, limit: int = PROBLEM_CHARS) -> str:
+    """``Type: first line of the message``, the line shortened at a space to at most `limit` characters (+ "...")."""
+    lines = str(e).strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) > limit:
+        cut = line.rfind(" ", 0, limit + 1)
+        line = (line[:cut] if cut > 0 else line[:limit]).rstrip(" ,;:") + " ..."
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a ``.safetensors`` file, read from its header alone: the 8-byte header length, the JSON
+    header, and the file's size equal to where the header says its last tensor ends (a cut copy fails here).
+
+    Returns:
+        None when the header and size agree; else what is wrong (without the file's name).
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{size} bytes: no header"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"{size} bytes, the header alone needs {8 + n}"
+            header = json.loads(fh.read(n))
+        end = max(
+            (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+            default=0,
+        )
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        return f"unreadable header ({_short(e)})"
+    if size != 8 + n + end:
+        return f"{size} bytes, the header needs {8 + n + end}"
+    return None
+
+
 def checkpoint_problem(ckpt: Path) -> str | None:
-    """What is wrong with a checkpoint's files, read without loading any tensor: `trainer_state.pt` must load, and
-    every byte range `dcp/.metadata` names must lie inside its file (a file cut short by a full disk or a killed
-    copy fails here).
+    """What is wrong with a checkpoint's files, read without loading any tensor: `trainer_state.pt` and each
+    `rng_rank<r>.pt` must load, each ``.safetensors`` file of `model/` and `adapter/` must be as long as its header
+    says (`safetensors_problem`), and every byte range `dcp/.metadata` names must lie inside its file (a file cut
+    short by a full disk or a killed copy fails here). Bytes overwritten in place, the size kept, pass: there are
+    no checksums.
 
     Args:
         ckpt: a `checkpoints/global_step_N` directory.
@@ -162,15 +206,20 @@ def checkpoint_problem(ckpt: Path) -> str | None:
     from torch.distributed.checkpoint import FileSystemReader
 
     ckpt = Path(ckpt)
-    try:
-        torch.load(ckpt / "trainer_state.pt", weights_only=True)
-    except Exception as e:  # noqa: BLE001 (any failure to read it is the answer)
-        return f"{ckpt / 'trainer_state.pt'}: {type(e).__name__}: {e}"
+    for f in [ckpt / "trainer_state.pt", *sorted(ckpt.glob("rng_rank*.pt"))]:
+        try:
+            torch.load(f, weights_only=True)
+        except Exception as e:  # noqa: BLE001 (any failure to read it is the answer)
+            return f"{f}: {_short(e)}"
+    for f in sorted([*ckpt.glob("model/*.safetensors"), *ckpt.glob("adapter/*.safetensors")]):
+        problem = safetensors_problem(f)
+        if problem is not None:
+            return f"{f}: {problem}"
     dcp_dir = ckpt / "dcp"
     try:
         meta = FileSystemReader(str(dcp_dir)).read_metadata()
     except Exception as e:  # noqa: BLE001
-        return f"{dcp_dir / '.metadata'}: {type(e).__name__}: {e}"
+        return f"{dcp_dir / '.metadata'}: {_short(e)}"
     ends: dict[str, int] = {}
     for info in (meta.storage_data or {}).values():
         ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
@@ -216,6 +265,31 @@ def _reads_as_damage(e: BaseException) -> bool:
     return isinstance(e, (RuntimeError, ValueError, OSError)) and any(w in str(e) for w in _DAMAGE_WORDS)
 
 
+def damaged_checkpoint_error(ckpt: Path, problem: str) -> ConfigError:
+    """The one-line error for a damaged checkpoint: `problem` (naming the file) and the newest intact checkpoint to
+    resume from instead (`intact_before`), with the command that moves the damaged one aside."""
+    good = intact_before(ckpt)
+    advice = (
+        f"the newest intact checkpoint is {good}: move the damaged one aside "
+        f"(mv {ckpt} {Path(ckpt).parent.parent / ('damaged_' + Path(ckpt).name)}) and resume again"
+        if good is not None
+        else "no older intact checkpoint: start the run again"
+    )
+    return ConfigError(f"checkpoint {ckpt} is damaged ({problem}); {advice}")
+
+
+def check_resumable(ckpt: Path) -> None:
+    """Refuse a damaged checkpoint (`checkpoint_problem`) before anything loads from it (the engine reads
+    `model/` before the actor reads `dcp/`).
+
+    Raises:
+        ConfigError: `damaged_checkpoint_error`. A checkpoint of an older dapo-rl (no `dcp/`) is left to
+            `load_checkpoint`, which says so.
+    """
+    if (Path(ckpt) / "dcp").is_dir() and (problem := checkpoint_problem(ckpt)) is not None:
+        raise damaged_checkpoint_error(ckpt, problem)
+
+
 def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`).
 
@@ -225,31 +299,22 @@ def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
     Raises:
         ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one (a file cut short, as
             `checkpoint_problem` sees, or one that fails to load the way damaged files do): the message names the
-            file and the newest intact checkpoint to resume from instead. Other load errors (a shape mismatch, an
-            out-of-memory error) are raised as they are.
+            file (for a load error inside `dcp/`, that folder) and the newest intact checkpoint to resume from
+            instead. Other load errors (a shape mismatch, an out-of-memory error) are raised as they are.
     """
-    problem = checkpoint_problem(ckpt) if (Path(ckpt) / "dcp").is_dir() else None
+    ckpt = Path(ckpt)
+    check_resumable(ckpt)
+    where = ckpt / "dcp"
     try:
-        if problem is None:
-            actor.load(ckpt)
-            state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
-            rng = ckpt / f"rng_rank{ctx.rank}.pt"
-            if rng.is_file():
-                set_rng_state(torch.load(rng, weights_only=True))
-            return state
+        actor.load(ckpt)
+        where = ckpt / "trainer_state.pt"
+        state = torch.load(where, weights_only=True)
+        where = ckpt / f"rng_rank{ctx.rank}.pt"
+        if where.is_file():
+            set_rng_state(torch.load(where, weights_only=True))
+        return state
     except Exception as e:
-        if isinstance(e, ConfigError) or not _reads_as_damage(
-            e
-        ):  # a mismatch, no memory: not the files' fault
+        # a mismatch, no memory: not the files' fault
+        if isinstance(e, ConfigError) or not _reads_as_damage(e):
             raise
-        problem = (
-            f"{ckpt}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-        )
-    good = intact_before(ckpt)
-    advice = (
-        f"the newest intact checkpoint is {good}: move the damaged one aside "
-        f"(mv {ckpt} {Path(ckpt).parent.parent / ('damaged_' + Path(ckpt).name)}) and resume again"
-        if good is not None
-        else "no older intact checkpoint: start the run again"
-    )
-    raise ConfigError(f"checkpoint {ckpt} is damaged ({problem}); {advice}")
+        raise damaged_checkpoint_error(ckpt, f"{where}: {_short(e)}") from e

@@ -825,9 +825,12 @@ def _score(args) -> int:
     import json
     import time
 
-    from dapo_rl.config import ConfigError
+    from dapo_rl.config import ConfigError, check_number
     from dapo_rl.reward.pool import RewardPool, summarize
 
+    check_number("--timeout-s", args.timeout_s, gt=0)
+    if args.num_workers < 0:
+        raise ConfigError(f"--num-workers={args.num_workers} must be >= 0 (0: score in this process)")
     if args.output:
         target = Path(args.output)
         if target.is_dir():

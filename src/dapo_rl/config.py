@@ -13,6 +13,7 @@ Names follow verl and the DAPO paper (arXiv 2503.14476) so that users of either 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
@@ -505,7 +506,7 @@ class TrainerConfig:
     round's sampling, validation sampling and `actor.shuffle`. The problems themselves come from
     `data.*_reasoning_gym.seed`, the base model from `sft.seed`."""
     test_freq: int = 5
-    """Validate every N steps (and at step 0 when `val_before_train`); -1 disables."""
+    """Validate every N steps (and at step 0 when `val_before_train`); -1 (or 0) disables."""
     test_freq_samples: int = 0
     """Also validate at the first step after the run's sampled responses (`train/gen_samples_total`) pass each
     multiple of this; 0: off. Runs that sample at different rates per step (dynamic sampling) are then validated
@@ -514,7 +515,7 @@ class TrainerConfig:
     """Validate once before the first step (step 0: the starting model's score; verl's name), when validation is on
     (`test_freq` or `test_freq_samples`); never on a resumed run."""
     save_freq: int = -1
-    """Checkpoint every N steps; the last step is always saved. -1: only the last step."""
+    """Checkpoint every N steps; the last step is always saved. -1 (or 0): only the last step."""
     max_ckpt_to_keep: int = 2
     """Keep this many newest checkpoints (0 or less: keep all)."""
     num_threads: int = 0
@@ -851,6 +852,25 @@ def _recipe_layers(path: Path, chain: list[Path]) -> list:
     return [*_recipe_layers(base_path, [*chain, path.resolve()]), own]
 
 
+def check_number(
+    key: str, val: float, *, gt: float | None = None, ge: float | None = None, finite: bool = True
+) -> None:
+    """A float setting within its bound (`> gt` or `>= ge`), and finite unless `finite=False`.
+
+    The bound is tested the way NaN fails (`val > gt`): NaN passes every refusal written `val <= 0`, and a `nan`
+    timeout or scale would fail each answer or step later with the model blamed. inf overflows timers and scales.
+    """
+    ok = (
+        (gt is None or val > gt)
+        and (ge is None or val >= ge)
+        and val == val
+        and (not finite or math.isfinite(val))
+    )
+    if not ok:
+        bound = f"> {gt:g}" if gt is not None else f">= {ge:g}"
+        raise ConfigError(f"{key}={val} must be a {'finite ' if finite else ''}number {bound}")
+
+
 def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
@@ -882,8 +902,8 @@ def _validate_campo(a: AlgorithmConfig, max_response_length: int) -> None:
             raise ConfigError(f"{key} never ends: give it steps > 0 or end_on_saturation=true")
         for name in ("clip_ratio_low", "clip_ratio_high"):
             v = getattr(st, name)
-            if v is not None and v < 0:
-                raise ConfigError(f"{key}.{name}={v} must be >= 0")
+            if v is not None:
+                check_number(f"{key}.{name}", v, ge=0, finite=False)
     if c.saturation_window < 1:
         raise ConfigError(f"algorithm.campo.saturation_window={c.saturation_window} must be >= 1")
 
@@ -921,10 +941,10 @@ def validate_config(cfg: Config) -> None:
         _choice(lo.init, ("default", "gaussian"), "actor.lora.init")
         if not 0.0 <= lo.dropout < 1.0:
             raise ConfigError(f"actor.lora.dropout={lo.dropout} must be in [0, 1)")
-        if lo.alpha <= 0:
-            raise ConfigError(f"actor.lora.alpha={lo.alpha} must be > 0")
+        check_number("actor.lora.alpha", lo.alpha, gt=0)
         if not lo.target_modules:
             raise ConfigError("actor.lora.target_modules is empty: name modules, or all-linear")
+    check_number("actor.lr", act.lr, ge=0)
     # frozen bf16 base weights under LoRA are fine: the adapters train in fp32
     if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR and lo.rank == 0:
         # AdamW's step is about lr in size; on a weight of magnitude ~0.02 a step of 1e-6 is 5e-5 of it, far below
@@ -946,7 +966,8 @@ def validate_config(cfg: Config) -> None:
         raise ConfigError(f"sft.steps_fraction={cfg.sft.steps_fraction} must be in [0, 1]")
     _choice(cfg.sft.lr_scheduler, ("constant", "cosine"), "sft.lr_scheduler")
     if cfg.sft.train_files:
-        if cfg.sft.epochs < 0 or (cfg.sft.epochs == 0 and cfg.sft.steps < 1):
+        check_number("sft.epochs", cfg.sft.epochs, ge=0)
+        if cfg.sft.epochs == 0 and cfg.sft.steps < 1:
             raise ConfigError(
                 f"sft.epochs={cfg.sft.epochs} / sft.steps={cfg.sft.steps}: give epochs > 0 or steps >= 1"
             )
@@ -968,16 +989,14 @@ def validate_config(cfg: Config) -> None:
     _choice(act.autocast_dtype, ("none", "bfloat16", "auto"), "actor.autocast_dtype")
     if not 0 <= a.clip_ratio_low < 1:
         raise ConfigError(f"algorithm.clip_ratio_low={a.clip_ratio_low} must be in [0, 1)")
-    if a.clip_ratio_high < 0:
-        raise ConfigError(f"algorithm.clip_ratio_high={a.clip_ratio_high} must be >= 0")
+    check_number("algorithm.clip_ratio_high", a.clip_ratio_high, ge=0, finite=False)  # inf: no upper clip
     try:
         from dapo_rl.reward.score import resolve_verifier
 
         resolve_verifier(cfg.reward.name)
     except ValueError as e:
         raise ConfigError(f"reward.name: {e}") from e
-    if cfg.reward.timeout_s <= 0:
-        raise ConfigError(f"reward.timeout_s={cfg.reward.timeout_s} must be > 0")
+    check_number("reward.timeout_s", cfg.reward.timeout_s, gt=0)
     if cfg.reward.num_workers < 0:
         raise ConfigError(f"reward.num_workers={cfg.reward.num_workers} must be >= 0")
     if cfg.reward.overlap and cfg.reward.num_workers == 0:
@@ -1005,8 +1024,9 @@ def validate_config(cfg: Config) -> None:
             "rollout_is / rollout_rs (which weigh by pi_old / mu) would be 1 everywhere; PPO's clipped ratio "
             "pi_theta / mu does the correcting. Set rollout_is=null and rollout_rs=null, or bypass_mode=false"
         )
-    if a.clip_ratio_c <= 1:
-        raise ConfigError(f"algorithm.clip_ratio_c={a.clip_ratio_c} must be > 1")
+    check_number("algorithm.clip_ratio_c", a.clip_ratio_c, gt=1, finite=False)  # inf: no dual clip
+    if a.loss_scale_factor is not None:
+        check_number("algorithm.loss_scale_factor", a.loss_scale_factor, gt=0)
     for key, val in (
         ("data.train_batch_size", d.train_batch_size),
         ("data.gen_batch_size", d.gen_batch_size),
@@ -1047,6 +1067,14 @@ def validate_config(cfg: Config) -> None:
             f"data.gen_batch_size={d.gen_batch_size} must be >= data.train_batch_size={d.train_batch_size}: one "
             "generation round must be able to fill a training batch (DAPO samples 3x train_batch_size)"
         )
+    for key, val, off in (
+        ("trainer.save_freq", cfg.trainer.save_freq, "only the last step"),
+        ("trainer.test_freq", cfg.trainer.test_freq, "off"),
+    ):
+        if val < -1:
+            raise ConfigError(f"{key}={val} must be >= 1, or -1 ({off})")
+    if cfg.sft.save_freq < 0:
+        raise ConfigError(f"sft.save_freq={cfg.sft.save_freq} must be >= 0 (0: no checkpoints)")
     if cfg.trainer.max_consecutive_bad_steps < 0:
         raise ConfigError(
             f"trainer.max_consecutive_bad_steps={cfg.trainer.max_consecutive_bad_steps} must be >= 0 (0: never stop)"
@@ -1069,8 +1097,7 @@ def validate_config(cfg: Config) -> None:
         ("rollout.temperature", r.temperature),
         ("rollout.val_kwargs.temperature", r.val_kwargs.temperature),
     ):
-        if t < 0:
-            raise ConfigError(f"{key}={t} must be >= 0 (0 = greedy)")
+        check_number(key, t, ge=0)  # 0: greedy
     if r.temperature == 0:
         raise ConfigError(
             "rollout.temperature=0 (greedy) gives identical responses in a group: no learning signal"

@@ -78,7 +78,7 @@ def closing_summary(
         took = f"step {steps}" if steps == resumed_at + 1 else f"steps {resumed_at + 1}-{steps}"
         head = f"dapo train: done, {took} (resumed from step {resumed_at}) in {_fmt_minutes(wall_seconds)}"
     else:
-        head = f"dapo train: done, {steps} steps in {_fmt_minutes(wall_seconds)}"
+        head = f"dapo train: done, {steps} step{'' if steps == 1 else 's'} in {_fmt_minutes(wall_seconds)}"
     if warmup_seconds > 0:
         head += f" (the warm-up {_fmt_minutes(warmup_seconds)} of it)"
     lines = [head]

@@ -38,6 +38,7 @@ from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch
 from dapo_rl.algo.rollout_correction import truncated_sampling_bias
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
+    check_resumable,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -237,6 +238,8 @@ class Trainer:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         ckpt = self._setup_run_dir(resume)
+        if ckpt is not None:
+            check_resumable(ckpt)  # before the tokenizer and the engine read its model/
         self.engine_threads = 0
         # asynchronous on CPU: the engine processes and the trainer (rank 0's) share the cores
         if self.async_k > 0 and engine_here and ctx.device.type == "cpu":

@@ -26,11 +26,16 @@ refused (`refusal` returns the reason) and scores -1 (`reward/refused_rate`):
   ``1 0 1\\n0 1 0`` or a board of ``_ Q _``, are such text). A bare word is a name: a wrong ``string_insertion``
   answer such as ``ABCDE`` is refused (it scores -1 either way; the gold itself always passes).
 
-All grammars also cap the length (`MAX_CHARS`) and bracket depth (`MAX_DEPTH`). What still gets through (``9**9**9**9``
-is arithmetic) can only cost time and memory: the scoring worker's limits (`dapo_rl.sandbox`) and the pool's
-time-out bound it, and these tasks are always scored in a worker (`dapo_rl.reward.pool`).
+All grammars also cap the length (`MAX_CHARS`) and bracket depth (`MAX_DEPTH`), and the expression grammars refuse
+powers sympy would spend seconds expanding (`_power_refusal`): a numeric exponent of more than `MAX_EXPONENT_DIGITS`
+digits (``99999999999**99999999999``), a number power of more than `MAX_TOWER_DIGITS` digits, which every tower
+of numbers beyond a few levels is (``9**9**9**9**9``, ``2^2^2^2^2^2``; ``^`` is read as ``**``), and an exponent
+that holds a power and a name (``x**x**x``). What still gets through (``(x + 1)**9999``, which a scorer may expand)
+can only cost time and memory: the scoring worker's limits (`dapo_rl.sandbox`) and the pool's time-out bound it,
+and these tasks are always scored in a worker (`dapo_rl.reward.pool`).
 
-Nothing here imports sympy or evaluates anything: the checks are a tokenizer and Python's ``ast`` parser.
+Nothing here imports sympy or evaluates the answer: the checks are a tokenizer, Python's ``ast`` parser and exact
+arithmetic on the answer's numbers, each step bounded before it is taken.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from dapo_rl.reward.extract import nesting_depth
+from dapo_rl.reward.math_verifier import MAX_EXPONENT_DIGITS, MAX_TOWER_DIGITS
 
 ARITHMETIC = frozenset({"countdown", "puzzle24"})
 """reasoning-gym tasks whose answer is an arithmetic expression over numbers (scored with ``parse_expr``)."""
@@ -138,6 +145,85 @@ def _expression_refusal(answer: str, names: frozenset[str], commas: bool) -> str
     return None
 
 
+_LOG10_2 = 0.30103
+
+
+def _digits(q: Fraction) -> float:
+    """About how many decimal digits the larger of `q`'s numerator and denominator has (from bit lengths: cheap)."""
+    return max(q.numerator.bit_length(), q.denominator.bit_length(), 1) * _LOG10_2
+
+
+class _TooLarge(Exception):
+    """An answer's power would cost sympy more than a moment; its message is the refusal."""
+
+
+def _value(node: ast.AST) -> Fraction | None:
+    """The exact value of a number expression, None where it holds a name (or divides by zero).
+
+    Raises:
+        _TooLarge: a power with an exponent of more than `MAX_EXPONENT_DIGITS` digits, a number (a power's above all)
+            of more than `MAX_TOWER_DIGITS` digits, or an exponent with a name and a power in it.
+    """
+    if isinstance(node, ast.Constant):
+        return Fraction(str(node.value)) if isinstance(node.value, (int, float)) else None
+    if isinstance(node, ast.UnaryOp):
+        v = _value(node.operand)
+        return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, ast.BinOp):
+        left, right = _value(node.left), _value(node.right)
+        if isinstance(node.op, ast.Pow):
+            return _power(left, right, node.right)
+        if left is None or right is None:
+            return None
+        if isinstance(node.op, ast.Div):
+            return None if right == 0 else left / right
+        if isinstance(node.op, ast.Mult) and _digits(left) + _digits(right) > MAX_TOWER_DIGITS:
+            raise _TooLarge(f"a number of more than {MAX_TOWER_DIGITS} digits")
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+        op = ops.get(type(node.op))
+        return None if op is None else op(left, right)
+    for child in ast.iter_child_nodes(node):  # names, calls (sin(x)), tuples (Integral(f, x)): check inside
+        _value(child)
+    return None
+
+
+def _power(base: Fraction | None, exponent: Fraction | None, exponent_node: ast.AST) -> Fraction | None:
+    """``base ** exponent`` when both are numbers and it is small; None when a name leaves it symbolic."""
+    if exponent is None:
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(exponent_node)):
+            raise _TooLarge("an exponent with a power of its own (a power tower)")
+        return None
+    if abs(exponent) >= 10**MAX_EXPONENT_DIGITS:
+        raise _TooLarge(f"an exponent of more than {MAX_EXPONENT_DIGITS} digits")
+    if base is None:
+        return None
+    if _digits(base) * abs(exponent) > MAX_TOWER_DIGITS:
+        raise _TooLarge(f"a power of more than {MAX_TOWER_DIGITS} digits")
+    if exponent.denominator != 1 or (base == 0 and exponent < 0):
+        return None  # irrational, or zoo: nothing large to compute
+    return base ** int(exponent)
+
+
+def _power_refusal(answer: str) -> str | None:
+    """Why the powers in an expression answer (already in its grammar) are too large to hand to sympy, or None.
+
+    ``^`` is read as ``**`` (as sympy's ``convert_xor`` does): a scorer that reads it as XOR costs less, never more.
+    """
+    try:
+        tree = ast.parse(answer.replace("^", "**").strip(), mode="eval")
+    except SyntaxError:
+        return None  # parse_expr fails on it too, before anything is computed
+    except (RecursionError, MemoryError, ValueError):
+        return "not parsable (too complex)"
+    try:
+        _value(tree.body)
+    except _TooLarge as e:
+        return str(e)
+    except RecursionError:
+        return "not parsable (too complex)"
+    return None
+
+
 def _literal_refusal(answer: str) -> str | None:
     try:
         tree = ast.parse(
@@ -176,4 +262,6 @@ def refusal(task: str, answer: str, gold: Any, metadata: Mapping[str, Any] | Non
         return f"brackets nest deeper than {MAX_DEPTH}"
     if task in LITERAL:
         return _literal_refusal(answer)
-    return _expression_refusal(answer, allowed_names(task, gold, metadata), commas=task in INTEGRATION)
+    return _expression_refusal(answer, allowed_names(task, gold, metadata), commas=task in INTEGRATION) or (
+        _power_refusal(answer)
+    )

@@ -6,8 +6,8 @@ Three steps turn a model response into a comparable answer string:
    also "**Answer:**", "Final Answer: The final answer is ...", GSM8K's "#### 42") or the last ``\\boxed{...}`` / ``\\fbox{...}``,
    whichever comes later in the text. Boxes that end the response one after another ("\\boxed{1} and
    \\boxed{2}") are read together as one list answer. Only the last answer counts, so an earlier right answer
-   followed by a wrong one is wrong. A response cut inside its last box ("... \\boxed{1") has no final answer,
-   whatever boxes came before (:func:`has_open_final_box`).
+   followed by a wrong one is wrong. A response cut inside its last box ("... \\boxed{1") or right after its
+   command ("... \\boxed") has no final answer, whatever boxes came before (:func:`has_open_final_box`).
    A long response with neither gives the last number or math span of its last sentences
    (:func:`fallback_final_answer`); a reference solution is read by :func:`gold_final_answer`.
 2. :func:`clean_answer` strips presentation: Markdown, math delimiters, ``\\text{}`` wrappers, units,
@@ -121,9 +121,13 @@ def find_boxed(text: str) -> list[tuple[int, int, str]]:
 
 def _last_open_box(text: str, after: int) -> int | None:
     """Start of the last ``\\boxed{`` / ``\\fbox{`` at or past ``after`` whose brace is never closed (a response cut
-    at the length limit: "... \\boxed{1", "\\boxed{\\frac{1}{2"), or ``None``. One pass over the text from ``after``
-    on (usually just what follows the last box), and only when a box starts there."""
+    at the length limit: "... \\boxed{1", "\\boxed{\\frac{1}{2"), or of a box command that ends the text before
+    its argument ("... \\boxed", "\\boxed ", "\\fbox": cut right after the command), or ``None``. One pass over the
+    text from ``after`` on (usually just what follows the last box), and only when a box starts there."""
     tail = text[after:]
+    bare = [m.start() for m in _BOX_START.finditer(tail) if m.end() == len(tail)]  # `\s*` took what follows
+    if bare:
+        return after + bare[-1]  # nothing can follow the text's end: it is the last box
     starts = [(m.start(), m.end()) for m in _BOX_START.finditer(tail) if tail.startswith("{", m.end())]
     if not starts:
         return None
@@ -323,8 +327,9 @@ def extract_final_answer(text: str) -> str | None:
 
 
 def has_open_final_box(text: str) -> bool:
-    """Whether the response's last answer is a box that never closes: a ``\\boxed{`` without its ``}`` after the
-    last complete box and the last "Answer:" line, as in a response cut at the length limit.
+    """Whether the response's last answer is a box that never closes: a ``\\boxed{`` without its ``}`` (or a
+    ``\\boxed`` / ``\\fbox`` that ends the text, its argument never written) after the last complete box and the last
+    "Answer:" line, as in a response cut at the length limit.
 
     Such a response has no final answer (:func:`extract_final_answer` returns ``None``, and the verifier's
     ``lenient`` fallback does not read one either): the earlier, complete box is not its answer ("... so

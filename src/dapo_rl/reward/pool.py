@@ -210,8 +210,8 @@ class RewardPool:
     ):
         if num_workers < 0:
             raise ValueError(f"reward.num_workers={num_workers} must be >= 0")
-        if timeout_s <= 0:
-            raise ValueError(f"reward.timeout_s={timeout_s} must be > 0")
+        if not 0 < timeout_s < float("inf"):  # NaN fails both: it would time every answer out
+            raise ValueError(f"reward.timeout_s={timeout_s} must be a finite number > 0")
         from dapo_rl.reward.score import resolve_verifier
 
         resolve_verifier(verifier)  # fail early on a bad name or an unimportable user function
