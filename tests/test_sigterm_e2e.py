@@ -65,8 +65,8 @@ def test_sigterm_during_start_up_says_so_and_ends_the_process_as_before():
     status 143 in a shell), with a line that says why instead of silence."""
     code = (
         "import os, signal, time\n"
-        "from dapo_rl.trainer import _say_sigterm_at_startup\n"
-        "_say_sigterm_at_startup()\n"
+        "from dapo_rl.stopping import say_sigterm_at_startup\n"
+        "say_sigterm_at_startup()\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(30)\n"
         "print('not ended')\n"

@@ -9,12 +9,8 @@ alone writes metrics, logs, the plot and the checkpoint index. Asynchronous trai
 exception: rank 0 alone samples (its rollout producer and engine processes) and every rank trains on its rows of
 rank 0's batches.
 
-SIGTERM (a scheduler's preemption or time limit, `timeout`, torchrun forwarding it) stops the run at the next step
-boundary: the step in progress finishes (update, weight sync, metrics), the ranks agree on the stop through an
-all-reduce, a checkpoint is saved, and `run` exits with `EXIT_TERMINATED` and the command that resumes.
-Ctrl-C (SIGINT) under `run` does the same once (exit `EXIT_INTERRUPTED`, 130); pressed again it quits at once,
-without a checkpoint of the step in progress, naming the newest checkpoint (`_CtrlC`). Child processes (reward
-workers, engine processes) ignore both signals: the trainer ends them.
+SIGTERM and Ctrl-C stop the run at the next step boundary with a checkpoint; a second Ctrl-C quits at once
+(`dapo_rl.stopping`).
 """
 
 from __future__ import annotations
@@ -22,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -70,7 +64,6 @@ from dapo_rl.distributed import (
     barrier,
     broadcast_object,
     launched_rank,
-    launched_world_size,
 )
 from dapo_rl.models.hf import load_tokenizer, model_context_length
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
@@ -78,6 +71,17 @@ from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
 from dapo_rl.rollout.remote import EngineSpec, HostStaging, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
+from dapo_rl.stopping import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    CtrlC,
+    Interrupted,
+    TrainingStopped,
+    catch_sigterm,
+    resume_command,
+    say_interrupted,
+    say_sigterm_at_startup,
+)
 from dapo_rl.summary import closing_summary
 from dapo_rl.tracking import Tracking, check_trackers
 
@@ -104,38 +108,8 @@ EXIT_TRAINING_DIVERGED = 4
 """Exit code of `dapo train` after `trainer.max_consecutive_bad_steps` steps in a row with a non-finite update."""
 
 
-EXIT_TERMINATED = 128 + signal.SIGTERM
-"""Exit code of `dapo train` stopped by SIGTERM after saving a checkpoint: 143, what a shell reports for a process
-ended by SIGTERM, so that a scheduler or a script does not take the run as finished (Slurm's `afterok`, a pipeline's
-next stage) while the message says where the checkpoint is and how to resume."""
-
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-"""Exit code of `dapo train` stopped by Ctrl-C (SIGINT): 130, what a shell reports for a process ended by SIGINT;
-after saving a checkpoint (one Ctrl-C) or at once, without one for the step in progress (a second Ctrl-C)."""
-
-CTRL_C_REPEAT_S = 1.0
-"""Under a launcher, a Ctrl-C that comes within this many seconds of the first is the same press: a terminal signals
-every rank, and torchrun's agent forwards the signal to the ranks once more."""
-
-
 class TrainingDiverged(RuntimeError):
     """`trainer.max_consecutive_bad_steps` steps in a row had a non-finite loss or gradient."""
-
-
-class TrainingStopped(Exception):
-    """SIGTERM or Ctrl-C (`signum`) stopped the run at a step boundary, after `checkpoint` (the step's checkpoint)
-    was written; `exit_code` is `EXIT_TERMINATED` or `EXIT_INTERRUPTED`."""
-
-    def __init__(self, step: int, checkpoint: Path, signum: int = signal.SIGTERM):
-        what = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
-        super().__init__(f"stopped by {what} after step {step}; checkpoint {checkpoint}")
-        self.step, self.checkpoint = step, checkpoint
-        self.exit_code = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C before training began, or a second Ctrl-C: `run` quits at once (a KeyboardInterrupt, so that no
-    ``except Exception`` on the way swallows it)."""
 
 
 def _quiet(_msg: str) -> None:
@@ -934,7 +908,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         write = bar.write if main else _quiet
-        previous_handler = self._catch_sigterm()
+        previous_handler = catch_sigterm(self, self.ctx.is_main)
         if self.producer is not None:
             self.producer.start()
         try:
@@ -1004,25 +978,6 @@ class Trainer:
             if main and self.metrics_path.exists() and not quitting:
                 plot_training_dynamics(self.metrics_path, self.out / "training_dynamics.png")
         return rows
-
-    def _catch_sigterm(self):
-        """From here on, SIGTERM sets `self.stop_signal` instead of ending the process (`fit` stops at the next step
-        boundary); a repeated SIGTERM, or one after a Ctrl-C, changes nothing. Returns the handler to restore, or
-        None off the main thread (where Python cannot set one)."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def on_sigterm(signum, frame):
-            if self.stop_signal:  # a stop asked for already (a Ctrl-C, or SIGTERM): the same stop
-                return
-            self.stop_signal = signal.SIGTERM
-            if self.ctx.is_main:  # os.write: safe inside a signal handler, unlike print
-                os.write(
-                    2,
-                    b"dapo train: SIGTERM received: stopping after the step in progress, with a checkpoint\n",
-                )
-
-        return signal.signal(signal.SIGTERM, on_sigterm)
 
     def stop_requested(self) -> int:
         """The stop signal any rank received (SIGTERM before SIGINT when ranks differ), or 0: an all-reduce at the
@@ -1144,103 +1099,6 @@ def _engine_gpus(device: torch.device, n: int) -> list[str | None]:
     return gpus[local : local + n]
 
 
-def resume_command(command: list[str] | None, external_launcher: bool) -> str:
-    """The command that resumes a stopped run: `dapo <command> --resume` (`command`: the `dapo` arguments the run
-    was started with), under the user's own launcher `torchrun ... -m dapo_rl.cli <command> --resume`; without
-    `command` (Ray Train workers), a sentence saying to repeat it."""
-    if command is None:
-        return "the same command with --resume"
-    args = shlex.join([*command, *([] if "--resume" in command else ["--resume"])])
-    return f"torchrun <the same options> -m dapo_rl.cli {args}" if external_launcher else f"dapo {args}"
-
-
-def _say_sigterm_at_startup():
-    """Until `fit` takes SIGTERM over (a checkpoint at the next step boundary), SIGTERM ends the process as before,
-    but says so first: a run stopped while it builds its model, engine or data has nothing to save. Returns the
-    handler to restore, or None off the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def on_sigterm(signum, frame):
-        if launched_rank() == 0:  # os.write: safe inside a signal handler, unlike print
-            os.write(
-                2, b"dapo train: SIGTERM during start-up, before training began: stopped, nothing to save\n"
-            )
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # ended by the signal, as without this handler (exit status 143)
-
-    return signal.signal(signal.SIGTERM, on_sigterm)
-
-
-class _CtrlC:
-    """`run`'s SIGINT handler, as verl, TRL and torchtitan users expect it. Before training begins a Ctrl-C quits
-    (nothing to save). Once `trainer` is set, the first Ctrl-C asks for a stop at the next step boundary with a
-    checkpoint, as SIGTERM does (`Trainer.stop_signal`); the next one raises `Interrupted` in the main thread, so
-    the run quits at once. Once `closing` is set (the run's own teardown, every wait of which has a deadline),
-    Ctrl-C is ignored, so that teardown finishes and leaves no child process. Under a launcher, a second SIGINT
-    within `CTRL_C_REPEAT_S` of the first is the same press (torchrun forwards the terminal's SIGINT to the ranks).
-    """
-
-    def __init__(self):
-        self.trainer: Trainer | None = None
-        self.first: float | None = None  # time.monotonic() of the first Ctrl-C
-        self.closing = False
-        self.previous = None
-        if threading.current_thread() is threading.main_thread():  # Python sets handlers there alone
-            self.previous = signal.signal(signal.SIGINT, self)
-
-    def __call__(self, signum, frame) -> None:
-        now = time.monotonic()
-        if self.closing:
-            return
-        if self.first is not None and launched_world_size() > 1 and now - self.first < CTRL_C_REPEAT_S:
-            return
-        if self.first is None and self.trainer is not None:
-            self.first = now
-            if not self.trainer.stop_signal:
-                self.trainer.stop_signal = signal.SIGINT
-            if launched_rank() == 0:  # os.write: safe inside a signal handler, unlike print
-                os.write(
-                    2,
-                    b"dapo train: Ctrl-C: stopping after the step in progress, with a checkpoint; "
-                    b"press Ctrl-C again to quit at once\n",
-                )
-            return
-        self.first = self.first or now
-        self.closing = True
-        raise Interrupted()
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-
-def _say_interrupted(e: Interrupted, trainer: Trainer | None, resume_hint) -> None:
-    """Rank 0's line for a run that `Interrupted` ended: before training began, or a second Ctrl-C (after the stop's
-    checkpoint, when the first Ctrl-C's stop had written it already)."""
-    if trainer is None:
-        print(
-            "dapo train: Ctrl-C during start-up, before training began: stopped, nothing to save",
-            file=sys.stderr,
-        )
-        return
-    if isinstance(e.__context__, TrainingStopped):  # the stop's checkpoint is written; its teardown was cut
-        print(f"dapo train: {e.__context__}. To continue from it: {resume_hint}", file=sys.stderr, flush=True)
-        return
-    ckpt = latest_checkpoint(trainer.out)
-    newest = (
-        f"the newest checkpoint is {ckpt}. To continue from it: {resume_hint}"
-        if ckpt is not None
-        else "there is no checkpoint to continue from"
-    )
-    print(
-        f"dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress (step "
-        f"{trainer.step}); {newest}",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None = None) -> int:
     """`dapo train` on this process: join the launcher's job (or run alone), train, and return the exit code.
 
@@ -1251,7 +1109,7 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     has begun, SIGTERM stops the run after the step in progress with a checkpoint (`Trainer.fit`);
     rank 0 then names the checkpoint and the command that resumes (`resume_command`). Ctrl-C (SIGINT) does the
     same, with `EXIT_INTERRUPTED`; a second Ctrl-C (or one before training began) quits at once, naming the newest
-    checkpoint and the command that resumes from it (`_CtrlC`); the teardown that follows ignores further presses
+    checkpoint and the command that resumes from it (`dapo_rl.stopping.CtrlC`); the teardown that follows ignores further presses
     and waits on nothing without a deadline. Under torchrun, which
     forwards SIGTERM to the ranks and kills them after its shutdown timeout (torchrun `--shutdown-timeout`, env
     `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, default 30 s), that timeout must exceed a step's length.
@@ -1269,8 +1127,8 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     ctx = None
     trainer = None
     start = time.perf_counter()
-    startup_handler = _say_sigterm_at_startup()
-    ctrl_c = _CtrlC()
+    startup_handler = say_sigterm_at_startup()
+    ctrl_c = CtrlC()
 
     def resume_hint() -> str:
         # several ranks without the trainer.nproc_per_node shorthand: the user's own torchrun
@@ -1308,7 +1166,7 @@ def run(cfg: Config, resume: bool = False, log=print, command: list[str] | None 
     except Interrupted as e:
         ctrl_c.closing = True
         if launched_rank() == 0:
-            _say_interrupted(e, trainer, resume_hint())
+            say_interrupted(e, None if trainer is None else (trainer.out, trainer.step), resume_hint())
         return EXIT_INTERRUPTED
     except (DynamicSamplingExhausted, TrainingDiverged) as e:
         if ctx is None or ctx.is_main:
