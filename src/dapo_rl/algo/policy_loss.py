@@ -248,7 +248,9 @@ def compute_policy_loss(
         is_lower_clipped = (A < 0) & (ratio < 1.0 - clip_ratio_low)
         is_upper_clipped = (A > 0) & (ratio > 1.0 + clip_ratio_high)
         is_dual_clipped = (A < 0) & (pg_losses3 < clip_pg_losses1.detach())
-        stats = policy_loss_stats(log_prob, old_log_prob, mask, is_lower_clipped, is_upper_clipped, is_dual_clipped)
+        stats = policy_loss_stats(
+            log_prob, old_log_prob, mask, is_lower_clipped, is_upper_clipped, is_dual_clipped
+        )
     return pg_loss, stats
 
 
