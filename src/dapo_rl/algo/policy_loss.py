@@ -37,6 +37,7 @@ __all__ = [
     "compute_policy_loss_cispo",
     "compute_policy_loss_gspo",
     "get_policy_loss",
+    "policy_loss_stats",
     "register_policy_loss",
 ]
 
@@ -247,11 +248,13 @@ def compute_policy_loss(
         is_lower_clipped = (A < 0) & (ratio < 1.0 - clip_ratio_low)
         is_upper_clipped = (A > 0) & (ratio > 1.0 + clip_ratio_high)
         is_dual_clipped = (A < 0) & (pg_losses3 < clip_pg_losses1.detach())
-        stats = _stats(log_prob, old_log_prob, mask, is_lower_clipped, is_upper_clipped, is_dual_clipped)
+        stats = policy_loss_stats(
+            log_prob, old_log_prob, mask, is_lower_clipped, is_upper_clipped, is_dual_clipped
+        )
     return pg_loss, stats
 
 
-def _stats(
+def policy_loss_stats(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     mask: torch.Tensor,
@@ -259,8 +262,8 @@ def _stats(
     upper: torch.Tensor,
     dual: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """The stats keys every policy loss returns (see `compute_policy_loss`), from its clip masks `(B, T)` bool
-    (`dual` None: a loss without dual clip)."""
+    """The stats keys every policy loss returns (see `compute_policy_loss`; the trainer logs them as `train/*`), from
+    its clip masks `(B, T)` bool (`dual` None: a loss without dual clip; all False: a loss that never clips)."""
     f = log_prob.dtype
     kl = torch.clamp(old_log_prob - log_prob.detach(), min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     return {
@@ -327,7 +330,7 @@ def compute_policy_loss_cispo(
         pg_losses = pg_losses * rollout_is_weights.detach().to(pg_losses.dtype)
     loss = agg_loss(pg_losses, mask, loss_agg_mode, global_num_tokens, global_batch_size, loss_scale_factor)
     with torch.no_grad():
-        stats = _stats(
+        stats = policy_loss_stats(
             log_prob, old_log_prob, mask, ratio < 1.0 - clip_ratio_low, ratio > 1.0 + clip_ratio_high
         )
     return loss, stats
@@ -376,7 +379,7 @@ def compute_policy_loss_gspo(
     loss = agg_loss(pg_losses, mask, "seq-mean-token-mean", global_batch_size=global_batch_size)
     with torch.no_grad():
         s = s.detach()
-        stats = _stats(
+        stats = policy_loss_stats(
             log_prob,
             old_log_prob,
             mask,
