@@ -93,7 +93,7 @@ def test_power_towers_are_refused_in_well_under_a_second(answer):
     # the same towers in an algebra task, and with a variable in the exponent
     assert refusal("polynomial_multiplication", answer, "x**2", {"variables": ["x"]}) == reason
     assert refusal("polynomial_multiplication", "x**x**x", "x**2", {"variables": ["x"]}) == (
-        "an exponent with a power of its own (a power tower)"
+        "an exponent with a symbolic power of its own (a power tower)"
     )
 
 
@@ -109,10 +109,36 @@ def test_power_towers_are_refused_in_well_under_a_second(answer):
         ("2**-99999", "an exponent of more than 4 digits"),
         ("x**(2**3) + x**(1/2)", None),
         ("(x + 1)**99999", "an exponent of more than 4 digits"),
+        (
+            "x**(x**2 + 3*x)",
+            None,
+        ),  # a symbolic exponent holding a number power: E**(8*x**2 - 8*x) in integration
+        ("x**(2**x)", "an exponent with a symbolic power of its own (a power tower)"),
     ],
 )
 def test_powers_are_bounded_by_value(answer, reason):
     assert refusal("polynomial_multiplication", answer, "x**2", {"variables": ["x"]}) == reason
+
+
+def test_the_e_power_form_the_integration_prompts_suggest_is_right():
+    """intermediate_integration's prompt says "Use `exp(x)` or `E**(x)`": golds with exp(<polynomial>) written as
+    E**(...) are in the grammar and score +1 (review of this change, B1: they were refused as power towers)."""
+    entries = [
+        e
+        for e in reasoning_gym.create_dataset(
+            "intermediate_integration",
+            size=60,
+            seed=1,
+            problem_types=["exponential"],
+            problem_type_weights=[1.0],
+        )
+        if "exp(" in e["answer"] and "**2" in e["answer"]
+    ]
+    assert len(entries) >= 5
+    for e in entries:
+        alt = e["answer"].replace("exp(", "E**(")
+        res = compute_score("reasoning_gym/intermediate_integration", f"Answer: {alt}", e["answer"], e)
+        assert res["score"] == 1.0 and "refused" not in res, (alt, res)
 
 
 def test_the_gold_always_passes_and_composite_resolves_its_task():
