@@ -320,6 +320,56 @@ def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path, k):
     assert _left_after(tag) == []
 
 
+@pytest.mark.slow
+def test_ctrl_c_under_the_launcher_once_checkpoints_and_twice_quits(base_model, tmp_path):
+    """`trainer.nproc_per_node=2`: torch's elastic launcher runs the ranks in a session of their own, so a terminal's
+    Ctrl-C reaches the launcher alone; it forwards the first press as SIGINT (the ranks stop after the step with a
+    checkpoint, exit 130) and turns the second into SIGTERM, which the ranks take as the second press: they quit at
+    once, rank 0 saying so, and nothing is left (review of this change, M1: before, the launcher killed the ranks
+    after 30 s without a checkpoint, and the second press waited for that kill)."""
+    import signal
+
+    run = tmp_path / "run"
+    args = [*_ctrl_c_args(base_model, run, 0), "trainer.nproc_per_node=2"]
+    proc = _start_in_session(args, "ctrlc-launcher-once", tmp_path / "once")
+    try:
+        _wait_for_rows(run, proc, 1)
+        os.killpg(proc.pid, signal.SIGINT)  # the launcher's group: the ranks are in sessions of their own
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = (tmp_path / "once.stderr").read_text()
+    assert proc.returncode == 130, err[-3000:]
+    m = CTRL_C_STOPPED.search(err)
+    assert m and (Path(m[2]) / "trainer_state.pt").is_file(), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert _left_after("ctrlc-launcher-once") == []
+
+    run2 = tmp_path / "run2"
+    args = [*_ctrl_c_args(base_model, run2, 0), "trainer.nproc_per_node=2"]
+    proc = _start_in_session(args, "ctrlc-launcher-twice", tmp_path / "twice")
+    try:
+        _wait_for_rows(run2, proc, 1)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = (tmp_path / "twice.stderr").read_text()
+    print(f"launcher, Ctrl-C twice: ended {took:.1f} s after the second, exit code {proc.returncode}")
+    assert proc.returncode == 130, err[-3000:]
+    assert "dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress" in err, err[
+        -3000:
+    ]
+    assert took < 15
+    assert _left_after("ctrlc-launcher-twice") == []
+
+
 def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):
     """Files of a checkpoint checked without loading it: a DCP data file cut short and a cut `trainer_state.pt` are
     named; the newest intact older checkpoint is found; a load error that is not damage (a shape mismatch, no

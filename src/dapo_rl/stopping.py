@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from dapo_rl.checkpoint import latest_checkpoint
-from dapo_rl.distributed import launched_rank, launched_world_size
+from dapo_rl.distributed import launched_rank
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """Exit code of `dapo train` stopped by SIGTERM after saving a checkpoint: 143, what a shell reports for a process
@@ -31,9 +31,10 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 """Exit code of `dapo train` stopped by Ctrl-C (SIGINT): 130, what a shell reports for a process ended by SIGINT;
 after saving a checkpoint (one Ctrl-C) or at once, without one for the step in progress (a second Ctrl-C)."""
 
-CTRL_C_REPEAT_S = 1.0
-"""Under a launcher, a Ctrl-C that comes within this many seconds of the first is the same press: a terminal signals
-every rank, and torchrun's agent forwards the signal to the ranks once more."""
+SHUTDOWN_TIMEOUT_S = 1800
+"""Seconds `dapo train trainer.nproc_per_node=N`'s launcher waits for its ranks after forwarding a SIGTERM or a Ctrl-C
+before it kills them (torch's default, 30 s, is shorter than a GPU step and its checkpoint), unless
+`TORCH_ELASTIC_SHUTDOWN_TIMEOUT` says otherwise."""
 
 
 class TrainingStopped(Exception):
@@ -64,12 +65,20 @@ def resume_command(command: list[str] | None, external_launcher: bool) -> str:
 
 def catch_sigterm(trainer, is_main: bool):
     """From here on, SIGTERM sets `trainer.stop_signal` instead of ending the process (`Trainer.fit` stops at the
-    next step boundary; `is_main`: this rank says so); a repeated SIGTERM, or one after a Ctrl-C, changes nothing. Returns the handler to restore, or
-    None off the main thread (where Python cannot set one)."""
+    next step boundary; `is_main`: this rank says so); a repeated SIGTERM, or one after a Ctrl-C, changes nothing,
+    except in a rank of torch's elastic launcher (torchrun, `trainer.nproc_per_node`): the ranks run in a session of
+    their own, the terminal's Ctrl-C reaches the launcher alone, and the launcher forwards the first press as SIGINT
+    and turns the second into SIGTERM, which then counts as the second Ctrl-C (`CtrlC`). Returns the handler to
+    restore, or None off the main thread (where Python cannot set one)."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def on_sigterm(signum, frame):
+        if trainer.stop_signal == signal.SIGINT and "TORCHELASTIC_RUN_ID" in os.environ:
+            ctrl_c = signal.getsignal(signal.SIGINT)
+            if isinstance(ctrl_c, CtrlC):
+                ctrl_c(signal.SIGINT, frame)  # the launcher's second Ctrl-C: quit at once
+                return
         if trainer.stop_signal:  # a stop asked for already (a Ctrl-C, or SIGTERM): the same stop
             return
         trainer.stop_signal = signal.SIGTERM
@@ -105,8 +114,8 @@ class CtrlC:
     Ctrl-C quits (nothing to save). Once `trainer` is set (anything with a `stop_signal` attribute: the `Trainer`),
     the first Ctrl-C asks for a stop at the next step boundary with a checkpoint, as SIGTERM does (`stop_signal`); the next one raises `Interrupted` in the main thread, so
     the run quits at once. Once `closing` is set (the run's own teardown, every wait of which has a deadline),
-    Ctrl-C is ignored, so that teardown finishes and leaves no child process. Under a launcher, a second SIGINT
-    within `CTRL_C_REPEAT_S` of the first is the same press (torchrun forwards the terminal's SIGINT to the ranks).
+    Ctrl-C is ignored, so that teardown finishes and leaves no child process. Under torch's elastic launcher the
+    second press arrives as SIGTERM (`catch_sigterm`).
     """
 
     def __init__(self):
@@ -120,8 +129,6 @@ class CtrlC:
     def __call__(self, signum, frame) -> None:
         now = time.monotonic()
         if self.closing:
-            return
-        if self.first is not None and launched_world_size() > 1 and now - self.first < CTRL_C_REPEAT_S:
             return
         if self.first is None and self.trainer is not None:
             self.first = now

@@ -35,9 +35,10 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     Each rank reads `RANK`/`WORLD_SIZE` and joins the group (`dapo_rl.distributed.init_distributed`); rank 0 prints
     the run's lines. When a rank dies, the launcher stops the others and this says which rank and how. SIGTERM to
     this process is forwarded to the ranks, which save a checkpoint after the step in progress and exit
-    (`dapo_rl.trainer.run`), and so is SIGINT (a terminal's Ctrl-C also reaches the ranks directly: they take the two
-    as one press); the launcher waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds (default 30) for them
-    before it kills them.
+    (`dapo_rl.trainer.run`), and so is a Ctrl-C (the ranks run in a session of their own: a terminal's Ctrl-C
+    reaches this process alone); a second Ctrl-C reaches them as SIGTERM, which they take as the second press and
+    quit at once (`dapo_rl.stopping`). The launcher waits `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds (default here
+    `SHUTDOWN_TIMEOUT_S`, 30 min, not torch's 30 s: a step and its checkpoint must fit) before it kills them.
 
     Returns:
         0; the ranks' common exit code (2, 3, 4, 143 after SIGTERM, or 130 after Ctrl-C); 128 + the signal number for a rank killed by
@@ -46,6 +47,8 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from dapo_rl.stopping import SHUTDOWN_TIMEOUT_S
 
     # as torchrun does: the ranks share the machine's cores instead of each taking all of them
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
@@ -60,6 +63,7 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        shutdown_timeout=int(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)),
     )
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "dapo_rl.cli", *argv)

@@ -176,10 +176,14 @@ def _value(node: ast.AST) -> Fraction | None:
             return _power(left, right, node.right)
         if left is None or right is None:
             return None
+        # +, -, * and / of fractions: at most the digits of both sides (x / (1 / y) multiplies; a sum of fractions
+        # multiplies denominators), so the same bound as a product holds each step before it is taken
+        if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and _digits(left) + _digits(right) > (
+            MAX_TOWER_DIGITS
+        ):
+            raise _TooLarge(f"a number of more than {MAX_TOWER_DIGITS} digits")
         if isinstance(node.op, ast.Div):
             return None if right == 0 else left / right
-        if isinstance(node.op, ast.Mult) and _digits(left) + _digits(right) > MAX_TOWER_DIGITS:
-            raise _TooLarge(f"a number of more than {MAX_TOWER_DIGITS} digits")
         ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
         op = ops.get(type(node.op))
         return None if op is None else op(left, right)
