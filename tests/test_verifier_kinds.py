@@ -247,3 +247,13 @@ def test_math_dapo_reads_answer_lines_only_so_a_cut_box_changes_nothing():
     }
     got = compute_score_math_dapo("Answer: 12\n\nWait, let me box it: \\boxed", "12")
     assert got["acc"] is True and got["score"] == CORRECT_SCORE and got["pred"] == "12"
+
+
+def test_a_reference_solution_ending_in_a_bare_box_command_keeps_its_answer():
+    """References are never cut at a length limit: the open-final-box rule is for responses (review of this change,
+    m2: a gold ending in a bare `\\boxed` lost its answer to the whole text)."""
+    from dapo_rl.reward.extract import extract_final_answer, gold_final_answer
+
+    assert gold_final_answer("Thus the answer is $\\boxed{5}$. We used \\boxed") == "5"
+    assert gold_final_answer("$\\boxed{12}$ \\fbox") == "12"
+    assert extract_final_answer("$\\boxed{12}$ \\fbox") is None  # a response: cut after the command

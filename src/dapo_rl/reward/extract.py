@@ -277,11 +277,13 @@ def _unboxed(text: str) -> str:
     return " ".join(out)
 
 
-def extract_final_answer(text: str) -> str | None:
+def extract_final_answer(text: str, *, cut_at_open_box: bool = True) -> str | None:
     """Return the final answer of a response: the later of its last "Answer:" line and its last box.
 
     Args:
         text: the decoded response (or a ground-truth solution holding ``\\boxed{}``).
+        cut_at_open_box: read a box left open at the end as a response cut at the length limit (below); False for
+            a reference solution, which is never cut (:func:`gold_final_answer`).
 
     Returns:
         The raw (uncleaned) answer text, or ``None`` when the text has neither an answer anchor nor a box, or
@@ -307,7 +309,7 @@ def extract_final_answer(text: str) -> str | None:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     line = _answer_line(text)
     box = _last_boxes(text)
-    if _open_final_box(text, line, box):
+    if cut_at_open_box and _open_final_box(text, line, box):
         return None  # cut inside its last box: no final answer (has_open_final_box)
     if box is None:
         return None if line is None else line[2]
@@ -441,7 +443,7 @@ def gold_final_answer(text: str) -> str:
     parts = list(dict.fromkeys(content.strip() for _s, _e, content in run))
     if len(parts) > 1:
         return ", ".join(parts)
-    return extract_final_answer(text) or text
+    return extract_final_answer(text, cut_at_open_box=False) or text
 
 
 # --- cleaning -------------------------------------------------------------------------------------------
