@@ -1,5 +1,6 @@
 """Config: recipes, dotted overrides, unknown keys with suggestions, validation."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,17 @@ def test_non_finite_numbers_are_refused_where_they_would_break_later_but_inf_cli
     cfg = load_config(None, ["algorithm.clip_ratio_c=inf", "algorithm.clip_ratio_high=inf"])
     assert cfg.algorithm.clip_ratio_c == float("inf") and cfg.algorithm.clip_ratio_high == float("inf")
     assert load_config(None, ["reward.timeout_s=0.5"]).reward.timeout_s == 0.5
+    for key, bound in [  # the rest the review of this change found (grad_clip=nan: NaN weights at step 1)
+        ("actor.grad_clip", "> 0"),
+        ("actor.weight_decay", ">= 0"),
+        ("algorithm.overlong_buffer.penalty_factor", ">= 0"),
+        ("rollout.kv_cache_gib", "> 0"),
+        ("sft.lr", ">= 0"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=nan must be a finite number {bound}$"):
+            load_config(None, [f"{key}=nan"])
+    with pytest.raises(ConfigError, match=r"^actor.grad_clip=-1.0 must be a finite number > 0$"):
+        load_config(None, ["actor.grad_clip=-1"])
 
 
 def test_save_and_test_freq_keep_their_documented_off_values():

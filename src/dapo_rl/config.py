@@ -867,8 +867,8 @@ def check_number(
         and (not finite or math.isfinite(val))
     )
     if not ok:
-        bound = f"> {gt:g}" if gt is not None else f">= {ge:g}"
-        raise ConfigError(f"{key}={val} must be a {'finite ' if finite else ''}number {bound}")
+        bound = f" > {gt:g}" if gt is not None else f" >= {ge:g}" if ge is not None else ""
+        raise ConfigError(f"{key}={val} must be a {'finite ' if finite else ''}number{bound}")
 
 
 def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
@@ -945,6 +945,12 @@ def validate_config(cfg: Config) -> None:
         if not lo.target_modules:
             raise ConfigError("actor.lora.target_modules is empty: name modules, or all-linear")
     check_number("actor.lr", act.lr, ge=0)
+    # nan here passes clip_grad_norm_ with a finite norm and NaN gradients: every weight NaN at step 1
+    check_number("actor.grad_clip", act.grad_clip, gt=0)
+    check_number("actor.weight_decay", act.weight_decay, ge=0)
+    check_number("algorithm.overlong_buffer.penalty_factor", a.overlong_buffer.penalty_factor, ge=0)
+    check_number("rollout.kv_cache_gib", cfg.rollout.kv_cache_gib, gt=0)
+    check_number("sft.lr", cfg.sft.lr, ge=0)
     # frozen bf16 base weights under LoRA are fine: the adapters train in fp32
     if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR and lo.rank == 0:
         # AdamW's step is about lr in size; on a weight of magnitude ~0.02 a step of 1e-6 is 5e-5 of it, far below
