@@ -22,6 +22,13 @@ def hang_or_die(data_source, solution_str, ground_truth, extra_info=None):
         pass
 
 
+def huge_pred(data_source, solution_str, ground_truth, extra_info=None):
+    """`exact`, with a 2 MiB `pred` when the response says "huge" (a result over the pool's MAX_RESULT_BYTES)."""
+    if "huge" in solution_str:
+        return {"score": 1.0, "acc": True, "pred": "x" * (2 << 20)}
+    return exact(data_source, solution_str, ground_truth, extra_info)
+
+
 def exact(data_source, solution_str, ground_truth, extra_info=None):
     """1 when the response equals the ground truth, else -1 (a dict result with its own pred)."""
     ok = solution_str.strip() == str(ground_truth)

@@ -57,6 +57,24 @@ def test_answers_sent_together_keep_their_own_deadline_and_order():
     assert 1.0 <= elapsed < 1.0 + 1.5
 
 
+def test_a_too_long_result_and_a_worker_dead_while_idle_cost_only_their_answer():
+    """A result over MAX_RESULT_BYTES is named as such (not "worker died") and its neighbours keep their scores; a
+    worker that died between two calls is replaced instead of raising BrokenPipeError out of `score` (review of
+    issue 42's second session, m4 and m5)."""
+    import os
+    import signal
+
+    items = [("x", "1", "1", None), ("x", "huge", "1", None), ("x", "2", "1", None), ("x", "1", "1", None)]
+    with RewardPool("reward_fixtures:huge_pred", num_workers=1, timeout_s=5.0) as pool:
+        res = pool.score(items)
+        assert [r["score"] for r in res] == [1.0, -1.0, -1.0, 1.0]
+        assert res[1]["error"] == "result longer than 1048576 bytes"
+        os.kill(pool._workers[0].proc.pid, signal.SIGKILL)
+        pool._workers[0].proc.join(5)
+        again = pool.score(items[:1] + items[2:])
+    assert [r["score"] for r in again] == [1.0, -1.0, 1.0] and all("error" not in r for r in again)
+
+
 def test_user_function_by_name_and_error_counting():
     fn = get_verifier("reward_fixtures:exact")
     assert fn("42", "42")["acc"] is True

@@ -240,14 +240,17 @@ class RewardPool:
     def close(self) -> None:
         """Stop the workers (each gets a second to finish, then is killed); idempotent."""
         workers, self._workers = self._workers, []
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except OSError:
-                pass
-        for w in workers:
-            w.proc.join(timeout=1)
-            w.kill()
+        try:
+            for w in workers:
+                try:
+                    w.conn.send(None)
+                except OSError:
+                    pass
+            for w in workers:
+                w.proc.join(timeout=1)
+        finally:  # a second Ctrl-C in a join still ends every worker and removes its directory
+            for w in workers:
+                w.kill()
         if self._confined is not None:
             self._confined.close()
             self._confined = None
@@ -275,9 +278,15 @@ class RewardPool:
                     chunk = [pending.popleft() for _ in range(self._chunk_size(len(pending)))]
                     w.jobs.extend(chunk)
                     w.started = time.monotonic()
-                    # the worker trusts the pool, not the other way round
-                    w.conn.send(([items[i] for i in chunk], options))
+                    try:  # the worker trusts the pool, not the other way round
+                        w.conn.send(([items[i] for i in chunk], options))
+                    except (
+                        OSError
+                    ):  # it died while idle (out of memory): a fresh one takes the chunk next round
+                        self._replace(w, pending)
             busy = [w for w in self._workers if w.jobs]
+            if not busy:
+                continue
             next_deadline = min(w.started + self.timeout_s for w in busy)
             ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
             for w in busy:
@@ -286,10 +295,13 @@ class RewardPool:
                     w.started = time.monotonic()
                     try:
                         res = _checked(w.conn.recv_bytes(MAX_RESULT_BYTES))
-                    except (EOFError, OSError):  # the worker died (out of memory, a crash in native code)
-                        res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": "worker died"}
+                    except (EOFError, OSError) as e:  # it died (out of memory, native code), or sent too much
+                        # (multiprocessing's "bad message length": the pipe is out of step after it)
+                        too_long = "message length" in str(e)
+                        why = f"result longer than {MAX_RESULT_BYTES} bytes" if too_long else "worker died"
+                        res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": why}
                         self._replace(w, pending)
-                    except ValueError as e:  # not a score record (JSON), or longer than MAX_RESULT_BYTES
+                    except ValueError as e:  # not a score record (JSON)
                         res = {"score": WRONG_SCORE, "acc": False, "pred": "", "error": f"ValueError: {e}"}
                         self._replace(w, pending)
                     results[idx] = res
