@@ -246,6 +246,37 @@ def _ctrl_c_args(base_model: Path, run: Path, k: int) -> list[str]:
     return run_args(base_model, run, *extra)
 
 
+def _ctrl_c(args: list[str], run: Path, tag: str, out: Path, presses: int) -> tuple[int, float, str]:
+    """Start `dapo ARGS` in a session of its own, press Ctrl-C (SIGINT to its process group, as a terminal does)
+    once or twice 0.1 s apart after its first metrics row, and return its exit code, the seconds from the last press
+    to its end, and its stderr; asserts no traceback and no process of the run left."""
+    import signal
+
+    proc = _start_in_session(args, tag, out)
+    try:
+        _wait_for_rows(run, proc, 1)
+        os.killpg(proc.pid, signal.SIGINT)
+        if presses == 2:
+            # 0.1 s: well inside a step and its stop's checkpoint (half a second let a fast step finish and write
+            # it first, and the run then stops as after one Ctrl-C)
+            time.sleep(0.1)
+            os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        proc.wait(timeout=300)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = out.with_suffix(".stderr").read_text()
+    print(f"{tag}: {presses} Ctrl-C: ended {took:.1f} s after the last, exit code {proc.returncode}")
+    assert "Traceback" not in err, err[-3000:]
+    assert _left_after(tag) == []
+    return proc.returncode, took, err
+
+
+QUIT_AT_ONCE = "dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [0, 1])
 def test_ctrl_c_once_stops_after_the_step_with_a_checkpoint(base_model, tmp_path, k):
@@ -253,24 +284,11 @@ def test_ctrl_c_once_stops_after_the_step_with_a_checkpoint(base_model, tmp_path
     process): one line saying the run stops after the step in progress, then the stop's checkpoint, the line naming
     it and the command that resumes, exit 130, no traceback from any process, no process left."""
     import shlex
-    import signal
 
     run = tmp_path / "run"
     args = _ctrl_c_args(base_model, run, k)
-    tag = f"ctrlc-once{k}"
-    t0 = time.monotonic()
-    proc = _start_in_session(args, tag, tmp_path / "out")
-    try:
-        _wait_for_rows(run, proc, 1)
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = (tmp_path / "out.stderr").read_text()
-    print(f"K={k}: Ctrl-C once: exit {proc.returncode}, {time.monotonic() - t0:.1f} s in all")
-    assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
+    code, _, err = _ctrl_c(args, run, f"ctrlc-once{k}", tmp_path / "out", 1)
+    assert code == 130, err[-3000:]
     assert (
         "dapo train: Ctrl-C: stopping after the step in progress, with a checkpoint; press Ctrl-C again to quit "
         "at once" in err
@@ -280,7 +298,6 @@ def test_ctrl_c_once_stops_after_the_step_with_a_checkpoint(base_model, tmp_path
     ckpt = Path(m[2])
     assert ckpt == run / "checkpoints" / f"global_step_{m[1]}" and (ckpt / "trainer_state.pt").is_file()
     assert m[3] == "dapo " + shlex.join([*args, "--resume"])
-    assert _left_after(tag) == []
 
 
 @pytest.mark.slow
@@ -290,34 +307,10 @@ def test_ctrl_c_twice_mid_round_ends_within_seconds(base_model, tmp_path, k):
     second, one line saying no checkpoint was written for the step in progress, no traceback, no process left
     (before: the second one left `close` waiting on the engine's lock, and the interpreter joined an engine that
     ignores SIGINT, review M1; and every process printed a KeyboardInterrupt traceback)."""
-    import signal
-
     run = tmp_path / "run"
-    args = _ctrl_c_args(base_model, run, k)
-    tag = f"ctrlc-twice{k}"
-    proc = _start_in_session(args, tag, tmp_path / "out")
-    try:
-        _wait_for_rows(run, proc, 1)
-        os.killpg(proc.pid, signal.SIGINT)
-        # 0.1 s: well inside a step and its stop's checkpoint (half a second let a fast step finish and write it
-        # first, and the run then stops as after one Ctrl-C)
-        time.sleep(0.1)
-        t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = (tmp_path / "out.stderr").read_text()
-    print(f"K={k}: Ctrl-C twice: ended {took:.1f} s after the second, exit code {proc.returncode}")
-    assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
-    assert "dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress" in err, err[
-        -3000:
-    ]
+    code, took, err = _ctrl_c(_ctrl_c_args(base_model, run, k), run, f"ctrlc-twice{k}", tmp_path / "out", 2)
+    assert code == 130 and QUIT_AT_ONCE in err, err[-3000:]
     assert took < 10
-    assert _left_after(tag) == []
 
 
 @pytest.mark.slow
@@ -327,47 +320,14 @@ def test_ctrl_c_under_the_launcher_once_checkpoints_and_twice_quits(base_model, 
     checkpoint, exit 130) and turns the second into SIGTERM, which the ranks take as the second press: they quit at
     once, rank 0 saying so, and nothing is left (review of this change, M1: before, the launcher killed the ranks
     after 30 s without a checkpoint, and the second press waited for that kill)."""
-    import signal
-
-    run = tmp_path / "run"
-    args = [*_ctrl_c_args(base_model, run, 0), "trainer.nproc_per_node=2"]
-    proc = _start_in_session(args, "ctrlc-launcher-once", tmp_path / "once")
-    try:
-        _wait_for_rows(run, proc, 1)
-        os.killpg(proc.pid, signal.SIGINT)  # the launcher's group: the ranks are in sessions of their own
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = (tmp_path / "once.stderr").read_text()
-    assert proc.returncode == 130, err[-3000:]
+    runs = [tmp_path / "run1", tmp_path / "run2"]
+    args = [[*_ctrl_c_args(base_model, r, 0), "trainer.nproc_per_node=2"] for r in runs]
+    code, _, err = _ctrl_c(args[0], runs[0], "ctrlc-launcher-once", tmp_path / "once", 1)
     m = CTRL_C_STOPPED.search(err)
-    assert m and (Path(m[2]) / "trainer_state.pt").is_file(), err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
-    assert _left_after("ctrlc-launcher-once") == []
-
-    run2 = tmp_path / "run2"
-    args = [*_ctrl_c_args(base_model, run2, 0), "trainer.nproc_per_node=2"]
-    proc = _start_in_session(args, "ctrlc-launcher-twice", tmp_path / "twice")
-    try:
-        _wait_for_rows(run2, proc, 1)
-        os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.1)
-        t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=120)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = (tmp_path / "twice.stderr").read_text()
-    print(f"launcher, Ctrl-C twice: ended {took:.1f} s after the second, exit code {proc.returncode}")
-    assert proc.returncode == 130, err[-3000:]
-    assert "dapo train: Ctrl-C again: quit at once, without a checkpoint of the step in progress" in err, err[
-        -3000:
-    ]
+    assert code == 130 and m and (Path(m[2]) / "trainer_state.pt").is_file(), err[-3000:]
+    code, took, err = _ctrl_c(args[1], runs[1], "ctrlc-launcher-twice", tmp_path / "twice", 2)
+    assert code == 130 and QUIT_AT_ONCE in err, err[-3000:]
     assert took < 15
-    assert _left_after("ctrlc-launcher-twice") == []
 
 
 def test_checkpoint_problem_and_what_counts_as_damage(tmp_path):
