@@ -291,19 +291,20 @@ def check_resumable(ckpt: Path) -> None:
 
 
 def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:
-    """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`).
+    """Restore the actor and this rank's RNG from a checkpoint; return the loop's state (`trainer_state.pt`). The
+    caller has checked its files with `check_resumable` before anything read them (the trainer does, before its
+    engine reads `model/`), so they are not read twice here.
 
     A rank the checkpoint has no RNG state for (it was written by fewer ranks) keeps the generators it was seeded
     with; `trainer_state["world_size"]` says how many ranks wrote it.
 
     Raises:
-        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one (a file cut short, as
-            `checkpoint_problem` sees, or one that fails to load the way damaged files do): the message names the
+        ConfigError: a checkpoint of an older dapo-rl (no `dcp/`), or a damaged one that fails to load the way
+            damaged files do (bytes `check_resumable` cannot see): the message names the
             file (for a load error inside `dcp/`, that folder) and the newest intact checkpoint to resume from
             instead. Other load errors (a shape mismatch, an out-of-memory error) are raised as they are.
     """
     ckpt = Path(ckpt)
-    check_resumable(ckpt)
     where = ckpt / "dcp"
     try:
         actor.load(ckpt)
