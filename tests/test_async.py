@@ -8,9 +8,9 @@ import torch
 from e2e import FAULT, assert_same_metrics, dapo, gone, rows_of, run_args
 
 from dapo_rl.collect.producer import GroupQueue, RolloutProducer
-from dapo_rl.collect.records import PromptGroup, Rollout
 from dapo_rl.config import ConfigError, load_config, validate_config
 from dapo_rl.data import Sample
+from dapo_rl.episode.records import PromptGroup, Rollout
 
 
 def _group(version: int, i: int) -> PromptGroup:

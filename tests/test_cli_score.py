@@ -100,12 +100,16 @@ def test_overrides_may_follow_resume():
 
 
 def test_score_refuses_a_timeout_that_is_not_a_finite_positive_number(capsys):
-    for bad in ("nan", "inf", "0", "-1"):
+    for bad in ("nan", "inf", "0", "-1", "3e6"):
         assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--timeout-s", bad]) == 2
         err = capsys.readouterr().err.strip()
-        assert err.endswith(f"--timeout-s={float(bad)} must be a finite number > 0"), err
+        assert err.endswith(f"--timeout-s={float(bad)} must be a finite number > 0 and <= 86400"), err
         assert len(err.splitlines()) == 1
     assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--num-workers", "-1"]) == 2
     assert "--num-workers=-1 must be >= 0" in capsys.readouterr().err
+    assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--num-workers", "100000"]) == 2
+    assert (
+        "--num-workers=100000 must be >= 0 (0: score in this process) and <= 512" in capsys.readouterr().err
+    )
     assert main(["score", "--response", "Answer: 5", "--ground-truth", "5", "--timeout-s", "2.5"]) == 0
     assert json.loads(capsys.readouterr().out)["acc"] is True

@@ -5,10 +5,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dapo_rl.collect import DynamicSamplingExhausted, Scorer, collect_batch, make_train_batch
+from dapo_rl.collect import DynamicSamplingExhausted, collect_batch, make_train_batch
 from dapo_rl.config import load_config
 from dapo_rl.data import EpochSampler, PromptDataset, reasoning_gym_samples
 from dapo_rl.distributed import DistContext
+from dapo_rl.episode import Scorer, SingleTurn
 from dapo_rl.models.tiny import build_tiny_model, build_tiny_tokenizer
 from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import HFRolloutEngine
@@ -51,12 +52,17 @@ def _cfg(verifier: str, *extra: str):
     )
 
 
+def _episode(tok, pool, overlong=None) -> SingleTurn:
+    """The single-turn episode over a pool the test closes (the overlong penalty's L_max: the round's max_tokens)."""
+    return SingleTurn(Scorer(tok, pool, overlong), owns_pool=False)
+
+
 def test_dynamic_sampling_keeps_groups_whose_accuracy_varies(parts):
     tok, engine, ds = parts
     cfg = _cfg("first_byte_parity")
     sampler = EpochSampler(len(ds), seed=0)
     with RewardPool(cfg.reward.name, num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6, cfg.algorithm.overlong_buffer)
+        scorer = _episode(tok, pool, cfg.algorithm.overlong_buffer)
         groups, stats = collect_batch(engine, scorer, sampler, ds, cfg, step=1)
     rounds = stats["train/num_gen_batches"]
     assert len(groups) == 4 == stats["train/kept_groups"]
@@ -77,9 +83,7 @@ def test_train_batch_advantages_and_the_split_over_two_ranks(parts):
     tok, engine, ds = parts
     cfg = _cfg("first_byte_parity")
     with RewardPool(cfg.reward.name, num_workers=0) as pool:
-        groups, _ = collect_batch(
-            engine, Scorer(tok, pool, 6), EpochSampler(len(ds), seed=1), ds, cfg, step=1
-        )
+        groups, _ = collect_batch(engine, _episode(tok, pool), EpochSampler(len(ds), seed=1), ds, cfg, step=1)
     one = make_train_batch(groups, cfg, tok.pad_token_id, step=1)
     assert len(one) == 16 and one.minibatch.tolist() == [0] * 8 + [1] * 8  # 2 groups x 4 per optimizer step
     for g in range(4):  # GRPO: each group's advantages are centred and scaled to unit std
@@ -101,7 +105,7 @@ def test_train_batch_advantages_and_the_split_over_two_ranks(parts):
 def test_nothing_to_keep_stops_with_the_message_or_trains_on_a_partial_batch(parts):
     tok, engine, ds = parts
     with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
+        scorer = _episode(tok, pool)
         cfg = _cfg("always_wrong", "algorithm.filter_groups.max_num_gen_batches=2")
         with pytest.raises(
             DynamicSamplingExhausted, match="kept 0 of the 4 prompt groups a step needs after 2"
@@ -125,7 +129,7 @@ def test_scoring_overlapped_with_generation_gives_the_same_batch(parts, workers)
         # a generous time limit: the scoring process shares the cores with generation here
         cfg = _cfg("first_byte_parity", f"reward.overlap={str(overlap).lower()}", "reward.timeout_s=120")
         with RewardPool(cfg.reward.name, num_workers=workers, timeout_s=cfg.reward.timeout_s) as pool:
-            scorer = Scorer(tok, pool, 6, cfg.algorithm.overlong_buffer)
+            scorer = _episode(tok, pool, cfg.algorithm.overlong_buffer)
             groups, stats = collect_batch(engine, scorer, EpochSampler(len(ds), seed=0), ds, cfg, step=1)
         runs.append(
             ([(g.key, [(r.response_ids, r.reward, r.acc) for r in g.rollouts]) for g in groups], stats)
@@ -251,7 +255,7 @@ def test_round_size_and_skipping_solved_prompts():
 def test_carried_groups_fill_the_next_batch_first_and_waste_is_counted(parts):
     tok, engine, ds = parts
     with RewardPool(f"{__name__}:first_byte_parity", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
+        scorer = _episode(tok, pool)
         cfg = _cfg("first_byte_parity", "data.gen_batch_size=16")  # ~8 groups kept per round, 4 wanted
         plain, stats = collect_batch(engine, scorer, EpochSampler(len(ds), seed=3), ds, cfg, step=1)
         kept_round = round(stats["train/filter_pass_ratio"] * 16)
@@ -309,7 +313,7 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     policy.kept_rate = 0.5
     with RewardPool(f"{__name__}:first_byte_is_digit", num_workers=0) as pool:
         sampler = EpochSampler(len(ds), seed=0)
-        _, stats = collect_batch(engine, Scorer(tok, pool, 6), sampler, ds, cfg, step=1, policy=policy)
+        _, stats = collect_batch(engine, _episode(tok, pool), sampler, ds, cfg, step=1, policy=policy)
     # round 1: ceil(4 / 0.5) = 8 prompts; the running rate then falls, so later rounds grow toward 16
     assert stats["train/gen_prompts"] == sampler.pos >= 8
     assert stats["train/kept_rate"] < 0.5
@@ -323,7 +327,7 @@ def test_skip_solved_and_adaptive_rounds_in_collect_batch(parts):
     policy, sampler = prompt_policy(solved_cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
     assert isinstance(policy, SkipPolicy)
     with RewardPool(f"{__name__}:right_with_parity_score", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
+        scorer = _episode(tok, pool)
         collect_batch(engine, scorer, sampler, ds, solved_cfg, step=1, policy=policy)
         assert policy.skip == {i: 2 for i in range(8)}
         sampler.pos = 0  # the same prompts come up again: passed over once each, the next 8 sampled instead
@@ -382,7 +386,7 @@ def test_skip_unsolved_in_collect_batch(parts):
     )
     policy, sampler = prompt_policy(cfg.algorithm.filter_groups), EpochSampler(len(ds), shuffle=False)
     with RewardPool(f"{__name__}:always_wrong", num_workers=0) as pool:
-        scorer = Scorer(tok, pool, 6)
+        scorer = _episode(tok, pool)
         with pytest.raises(DynamicSamplingExhausted):  # nothing kept: not even a partial batch
             collect_batch(engine, scorer, sampler, ds, cfg, step=1, policy=policy)
         assert policy.skip == {i: 1 for i in range(16)} and policy.streak == {i: 1 for i in range(16)}

@@ -75,9 +75,16 @@ def test_wrong_type_is_a_config_error():
         ("data.gen_batch_size=16", r"data.gen_batch_size=16 must be >= data.train_batch_size=32"),
         ("trainer.max_consecutive_bad_steps=-1", "trainer.max_consecutive_bad_steps=-1 must be >= 0"),
         # NaN passes a refusal written `<= 0`; inf overflows the per-answer timer
-        ("reward.timeout_s=nan", r"^reward.timeout_s=nan must be a finite number > 0$"),
-        ("reward.timeout_s=inf", r"^reward.timeout_s=inf must be a finite number > 0$"),
-        ("reward.timeout_s=0", r"^reward.timeout_s=0.0 must be a finite number > 0$"),
+        ("reward.timeout_s=nan", r"^reward.timeout_s=nan must be a finite number > 0 and <= 86400$"),
+        ("reward.timeout_s=inf", r"^reward.timeout_s=inf must be a finite number > 0 and <= 86400$"),
+        ("reward.timeout_s=0", r"^reward.timeout_s=0.0 must be a finite number > 0 and <= 86400$"),
+        # the pool's waits overflow the OS timer near 2.1e6 s; 100000 workers would start for hours
+        ("reward.timeout_s=3e6", r"^reward.timeout_s=3000000.0 must be a finite number > 0 and <= 86400$"),
+        (
+            "reward.num_workers=100000",
+            r"^reward.num_workers=100000 must be >= 0 \(0: score in this process\) and <= 512$",
+        ),
+        ("episode.name=tool_loop", r"^episode.name='tool_loop' is not one of single_turn$"),
         ("rollout.temperature=nan", r"^rollout.temperature=nan must be a finite number >= 0$"),
         ("rollout.val_kwargs.temperature=nan", r"^rollout.val_kwargs.temperature=nan must be"),
         ("algorithm.clip_ratio_c=nan", r"^algorithm.clip_ratio_c=nan must be a number > 1$"),

@@ -493,11 +493,11 @@ def test_a_pause_that_aborts_undoes_the_rounds_draw(model_dir):
     seconds, not after the round; the round's draw is undone (the sampler, the prompt policy and the round count as
     before it), nothing is queued, `aborted` counts it; once the pause ends the producer samples again and a batch
     comes."""
-    from dapo_rl.collect import Scorer
     from dapo_rl.collect.producer import RolloutProducer
     from dapo_rl.collect.prompt_policy import prompt_policy
     from dapo_rl.config import load_config
     from dapo_rl.data import EpochSampler, PromptDataset, reasoning_gym_samples
+    from dapo_rl.episode import Scorer, SingleTurn
     from dapo_rl.models.tiny import build_tiny_tokenizer
     from dapo_rl.reward.pool import RewardPool
     from dapo_rl.rollout.remote import RemoteEngines
@@ -524,7 +524,7 @@ def test_a_pause_that_aborts_undoes_the_rounds_draw(model_dir):
     with RewardPool(cfg.reward.name, num_workers=0) as pool:
         producer = RolloutProducer(
             engine,
-            Scorer(tok, pool, 48),
+            SingleTurn(Scorer(tok, pool), owns_pool=False),
             sampler,
             ds,
             lambda: cfg,

@@ -96,8 +96,8 @@ def test_group_of_one_message_says_why_and_val_n_must_be_positive():
 
 
 def test_the_first_scoring_error_of_a_run_is_logged_once():
-    from dapo_rl.collect import Rollout, Scorer
     from dapo_rl.data import Sample
+    from dapo_rl.episode import Rollout, Scorer
     from dapo_rl.models.tiny import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()

@@ -483,7 +483,7 @@ class Actor:
             out[idx, : logp.shape[1]] = logp.cpu()
         return out
 
-    def update(self, batch: TrainBatch) -> dict:
+    def update(self, batch: TrainBatch, clip_ratio: tuple[float, float] | None = None) -> dict:
         """One DAPO policy update over this rank's share of a training batch (paper Eq. 8-12; verl's
         `update_policy`).
 
@@ -504,6 +504,8 @@ class Actor:
 
         Args:
             batch: this rank's rows; every rank has the same number of rows in each mini-batch.
+            clip_ratio: `(clip_ratio_low, clip_ratio_high)` of this update (Eq. 10's epsilon_low, epsilon_high: the
+                current CAMPO stage's, `dapo_rl.campo`); None: `algorithm.clip_ratio_low/high`.
 
         Returns:
             Metrics over all ranks: `actor/pg_loss`, `actor/pg_clipfrac_lower|upper|dual`, `actor/ppo_kl`,
@@ -515,7 +517,10 @@ class Actor:
             ValueError: `bypass_mode`, `rollout_is` or `rollout_rs` without the batch's rollout log-probs.
         """
         cfg = self.cfg
-        rc = self.algo.rollout_correction
+        algo = self.algo
+        if clip_ratio is not None:
+            algo = replace(algo, clip_ratio_low=clip_ratio[0], clip_ratio_high=clip_ratio[1])
+        rc = algo.rollout_correction
         world = self.ctx.world_size
         n_minis = batch.num_minibatches
         on_policy = n_minis == 1 and cfg.ppo_epochs == 1
@@ -591,17 +596,17 @@ class Actor:
                     extra = {}
                     if micro.rollout_is_weights is not None:
                         extra["rollout_is_weights"] = micro.rollout_is_weights.to(dev)
-                    if self.algo.loss_agg_mode == "seq-mean-token-sum-norm":  # only then: registered losses
-                        extra["loss_scale_factor"] = self.algo.loss_scale_factor  # keep their signature
+                    if algo.loss_agg_mode == "seq-mean-token-sum-norm":  # only then: registered losses
+                        extra["loss_scale_factor"] = algo.loss_scale_factor  # keep their signature
                     loss, stats = self.policy_loss(
                         logp,
                         old,
                         micro.advantages.to(dev),
                         mask,
-                        clip_ratio_low=self.algo.clip_ratio_low,
-                        clip_ratio_high=self.algo.clip_ratio_high,
-                        clip_ratio_c=self.algo.clip_ratio_c,
-                        loss_agg_mode=self.algo.loss_agg_mode,
+                        clip_ratio_low=algo.clip_ratio_low,
+                        clip_ratio_high=algo.clip_ratio_high,
+                        clip_ratio_c=algo.clip_ratio_c,
+                        loss_agg_mode=algo.loss_agg_mode,
                         global_num_tokens=n_tok,
                         global_batch_size=n_seq,
                         **extra,

@@ -641,6 +641,9 @@ def _local_engine(args, rollout, model_path: str, tok):
 SPLIT_NAMES = ("test", "train", "validation", "valid", "val", "dev")
 """File stems that name a split, not a dataset: `dapo eval` puts the folder's name in front (`gsm8k_test`)."""
 
+REWARD_FLAGS = {"name": "--verifier", "timeout_s": "--timeout-s", "num_workers": "--num-workers"}
+"""`dapo eval`'s and `dapo score`'s flags for the `reward.*` settings they set (`RewardConfig.check`'s names)."""
+
 
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
@@ -650,10 +653,10 @@ def _eval(args) -> int:
 
     from tqdm import tqdm
 
-    from dapo_rl.collect import Rollout, Scorer
-    from dapo_rl.config import ConfigError, RolloutConfig, load_config
+    from dapo_rl.config import Config, ConfigError, RewardConfig, RolloutConfig, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
+    from dapo_rl.episode import Rollout, build_episode
     from dapo_rl.evaluate import (
         ChatPrompts,
         dataset_metrics,
@@ -662,7 +665,6 @@ def _eval(args) -> int:
         format_table,
         load_eval_set,
     )
-    from dapo_rl.reward.pool import RewardPool
     from dapo_rl.rollout import SamplingParams, check_engine
 
     t0 = time.perf_counter()
@@ -679,6 +681,13 @@ def _eval(args) -> int:
         raise ConfigError("--base-url is for --engine openai")
     if served and args.concurrency < 1:
         raise ConfigError(f"--concurrency={args.concurrency} must be >= 1")
+    reward = RewardConfig(
+        name=args.verifier,
+        num_workers=args.num_workers,
+        lenient=args.lenient,
+        partial_credit=args.partial_credit,
+    )
+    reward.check(REWARD_FLAGS)
     rollout = RolloutConfig(name="hf" if served else args.engine, micro_batch_size=args.batch_size)
     try:
         check_engine(rollout, setting="--engine")
@@ -771,10 +780,8 @@ def _eval(args) -> int:
         seed=args.seed,
     )
     summary = {}
-    pool = RewardPool(
-        args.verifier, num_workers=args.num_workers, lenient=args.lenient, partial_credit=args.partial_credit
-    )
-    with pool, open(gen_path, "a") as fh:
+    # evaluation reports the verifier's score: no shaping (`Episode.unshaped`)
+    with build_episode(Config(reward=reward), tok) as episode, open(gen_path, "a") as fh:
 
         def append(records):
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
@@ -796,7 +803,7 @@ def _eval(args) -> int:
                 engine,
                 ds,
                 params,
-                Scorer(tok, pool),
+                episode.unshaped(),
                 done=done,
                 on_records=append,
                 progress=bar.update,
@@ -825,12 +832,18 @@ def _score(args) -> int:
     import json
     import time
 
-    from dapo_rl.config import ConfigError, check_number
-    from dapo_rl.reward.pool import RewardPool, summarize
+    from dapo_rl.config import ConfigError, RewardConfig
+    from dapo_rl.episode import reward_pool
+    from dapo_rl.reward.pool import summarize
 
-    check_number("--timeout-s", args.timeout_s, gt=0)
-    if args.num_workers < 0:
-        raise ConfigError(f"--num-workers={args.num_workers} must be >= 0 (0: score in this process)")
+    reward = RewardConfig(
+        name=args.verifier,
+        num_workers=args.num_workers,
+        timeout_s=args.timeout_s,
+        lenient=args.lenient,
+        partial_credit=args.partial_credit,
+    )
+    reward.check(REWARD_FLAGS)
     if args.output:
         target = Path(args.output)
         if target.is_dir():
@@ -843,18 +856,8 @@ def _score(args) -> int:
                     f"--output {target} is the {flag} input; choose another file (it would be overwritten)"
                 )
     items = _read_score_rows(args)
-    try:
-        pool = RewardPool(
-            args.verifier,
-            num_workers=args.num_workers,
-            timeout_s=args.timeout_s,
-            lenient=args.lenient,
-            partial_credit=args.partial_credit,
-        )
-    except ValueError as e:
-        raise ConfigError(f"--verifier: {e}") from e
     t0 = time.perf_counter()
-    with pool:
+    with reward_pool(reward) as pool:
         results = pool.score(items)
     elapsed = time.perf_counter() - t0
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)

@@ -307,6 +307,59 @@ class RewardConfig:
     has no time limit)."""
     repetition_penalty: RepetitionPenaltyConfig = field(default_factory=RepetitionPenaltyConfig)
 
+    def check(self, flags: dict[str, str] | None = None) -> None:
+        """The section's own checks: a verifier that resolves, a time limit and a worker count within bounds.
+
+        Args:
+            flags: the names to report instead of `reward.<field>` (`dapo eval` and `dapo score` name their
+                command-line flags: `{"timeout_s": "--timeout-s"}`).
+
+        Raises:
+            ConfigError: naming the setting.
+        """
+        name = {f: (flags or {}).get(f, f"reward.{f}") for f in ("name", "timeout_s", "num_workers")}
+        try:
+            from dapo_rl.reward.score import resolve_verifier
+
+            resolve_verifier(self.name)
+        except ValueError as e:
+            raise ConfigError(f"{name['name']}: {e}") from e
+        check_number(name["timeout_s"], self.timeout_s, gt=0, le=MAX_REWARD_TIMEOUT_S)
+        if not 0 <= self.num_workers <= MAX_REWARD_WORKERS:
+            raise ConfigError(
+                f"{name['num_workers']}={self.num_workers} must be >= 0 (0: score in this process) and <= "
+                f"{MAX_REWARD_WORKERS}"
+            )
+        if self.overlap and self.num_workers == 0:
+            raise ConfigError(
+                "reward.overlap=true scores in a background thread, where reward.num_workers=0 has no time limit "
+                "(SIGALRM only works on the main thread); set reward.num_workers >= 1 or reward.overlap=false"
+            )
+
+
+MAX_REWARD_TIMEOUT_S = 86400.0
+"""The longest `reward.timeout_s` (a day per answer): the pool's waits overflow the OS timer near 2.1e6 s."""
+
+MAX_REWARD_WORKERS = 512
+"""The most `reward.num_workers` (each is a process holding the verifiers, about 100 MB)."""
+
+EPISODE_NAMES = ("single_turn",)
+"""The episode types `episode.name` accepts (`dapo_rl.episode.EPISODES`, the same names)."""
+
+
+@dataclass
+class EpisodeConfig:
+    """What one episode is: how a prompt becomes scored trajectories with a per-token loss mask
+    (`dapo_rl.episode`). The verifier is `reward.*`, the shaping `algorithm.overlong_buffer` and
+    `reward.repetition_penalty`."""
+
+    name: str = "single_turn"
+    """`single_turn`: DAPO's, one response per sample, every token the model's (`dapo_rl.episode.SingleTurn`)."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: an unknown `episode.name`."""
+        _choice(self.name, EPISODE_NAMES, "episode.name")
+
 
 @dataclass
 class ValKwargsConfig:
@@ -658,6 +711,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
@@ -853,9 +907,15 @@ def _recipe_layers(path: Path, chain: list[Path]) -> list:
 
 
 def check_number(
-    key: str, val: float, *, gt: float | None = None, ge: float | None = None, finite: bool = True
+    key: str,
+    val: float,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    finite: bool = True,
 ) -> None:
-    """A float setting within its bound (`> gt` or `>= ge`), and finite unless `finite=False`.
+    """A float setting within its bounds (`> gt` or `>= ge`, and `<= le`), and finite unless `finite=False`.
 
     The bound is tested the way NaN fails (`val > gt`): NaN passes every refusal written `val <= 0`, and a `nan`
     timeout or scale would fail each answer or step later with the model blamed. inf overflows timers and scales.
@@ -863,11 +923,13 @@ def check_number(
     ok = (
         (gt is None or val > gt)
         and (ge is None or val >= ge)
+        and (le is None or val <= le)
         and val == val
         and (not finite or math.isfinite(val))
     )
     if not ok:
         bound = f" > {gt:g}" if gt is not None else f" >= {ge:g}" if ge is not None else ""
+        bound += "" if le is None else f"{' and' if bound else ''} <= {le:g}"
         raise ConfigError(f"{key}={val} must be a {'finite ' if finite else ''}number{bound}")
 
 
@@ -996,20 +1058,8 @@ def validate_config(cfg: Config) -> None:
     if not 0 <= a.clip_ratio_low < 1:
         raise ConfigError(f"algorithm.clip_ratio_low={a.clip_ratio_low} must be in [0, 1)")
     check_number("algorithm.clip_ratio_high", a.clip_ratio_high, ge=0, finite=False)  # inf: no upper clip
-    try:
-        from dapo_rl.reward.score import resolve_verifier
-
-        resolve_verifier(cfg.reward.name)
-    except ValueError as e:
-        raise ConfigError(f"reward.name: {e}") from e
-    check_number("reward.timeout_s", cfg.reward.timeout_s, gt=0)
-    if cfg.reward.num_workers < 0:
-        raise ConfigError(f"reward.num_workers={cfg.reward.num_workers} must be >= 0")
-    if cfg.reward.overlap and cfg.reward.num_workers == 0:
-        raise ConfigError(
-            "reward.overlap=true scores in a background thread, where reward.num_workers=0 has no time limit "
-            "(SIGALRM only works on the main thread); set reward.num_workers >= 1 or reward.overlap=false"
-        )
+    cfg.reward.check()
+    cfg.episode.check()
     rc = a.rollout_correction
     if rc.rollout_is is not None:
         _choice(rc.rollout_is, ("token", "sequence"), "algorithm.rollout_correction.rollout_is")

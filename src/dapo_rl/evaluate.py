@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from dapo_rl.collect import Rollout, Scorer, sample_groups
 from dapo_rl.data.dataset import DataError, Sample, _read_rows, load_samples
 from dapo_rl.data.templates import apply_prompt_template
+from dapo_rl.episode import Episode, Rollout
 from dapo_rl.rollout.seeds import Stream, round_seed
 
 """The `boxed` template (Qwen2.5-Math's CoT instruction), appended to a bare problem."""
@@ -244,7 +244,7 @@ def evaluate_dataset(
     engine,
     ds,
     params,
-    scorer: Scorer,
+    episode: Episode,
     *,
     done: dict[int, list[Rollout]] | None = None,
     only: Sequence[int] | None = None,
@@ -264,7 +264,7 @@ def evaluate_dataset(
             other datasets evaluated with it. A resumed run samples every chunk it had not started as an
             uninterrupted run would; a chunk it had half done samples its remaining problems with other request
             indices (request i is the i-th problem still to do).
-        scorer: `dapo_rl.collect.Scorer` (verifier only: evaluation shapes nothing).
+        episode: samples and scores (`Episode.unshaped`: evaluation shapes nothing).
         done: rollouts already written, by problem index (resume): those problems are not generated again.
         only: evaluate just these problem indices (a rank's share); None: all.
         on_records: called with each chunk's new rollouts (the CLI appends them to generations.jsonl).
@@ -289,11 +289,10 @@ def evaluate_dataset(
         p = replace(
             params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL)
         )
-        groups = sample_groups(engine, ds, idx, p)
+        groups, _ = episode.sample(engine, ds, idx, p)
         new = [r for g in groups for r in g]
-        scorer(new)
         if params.n > 1:
-            pool_equivalent_answers(groups, scorer.pool)
+            pool_equivalent_answers(groups, episode.pool)
         if on_records is not None:
             on_records(new)
         records.extend(new)

@@ -42,7 +42,6 @@ from dapo_rl.checkpoint import (
 from dapo_rl.collect import (
     DynamicSamplingExhausted,
     PromptGroup,
-    Scorer,
     collect_batch,
     make_train_batch,
     prompt_policy,
@@ -65,9 +64,9 @@ from dapo_rl.distributed import (
     broadcast_object,
     launched_rank,
 )
+from dapo_rl.episode import build_episode
 from dapo_rl.models.hf import load_tokenizer, model_context_length
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
-from dapo_rl.reward.pool import RewardPool
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
 from dapo_rl.rollout.remote import EngineSpec, HostStaging, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
@@ -132,7 +131,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, resume: bool = False, log=print, ctx: DistContext | None = None):
-        self.engine = self.pool = self.producer = None
+        self.engine = self.episode = self.producer = None
         try:
             self._build(cfg, resume, log, ctx)
         except BaseException:  # a failed start leaves no process behind (review async-lora M1)
@@ -142,16 +141,16 @@ class Trainer:
     def close(self) -> None:
         """Stop what this trainer started, each part even if another failed: the rollout producer (told to stop,
         not waited for: `fit` waits for its round on a normal exit; here its engines' end ends its round), the
-        reward pool, the rollout engine(s), then the producer's thread (5 s at most). Idempotent.
+        episode's reward pool, the rollout engine(s), then the producer's thread (5 s at most). Idempotent.
 
         Raises:
             RuntimeError: a part did not stop cleanly (the others were still stopped; the first error is raised).
         """
-        producer, pool, engine = self.producer, self.pool, self.engine
-        self.producer = self.pool = self.engine = None
+        producer, episode, engine = self.producer, self.episode, self.engine
+        self.producer = self.episode = self.engine = None
         steps = (
             (lambda: producer.stop(0.0)) if producer is not None else None,
-            pool.close if pool is not None else None,
+            episode.close if episode is not None else None,
             getattr(engine, "close", None),
             (lambda: producer.stop(5.0)) if producer is not None else None,
         )
@@ -344,21 +343,7 @@ class Trainer:
         # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
         # of a tensor-parallel group: give each rank its own stream back
         seed_everything(cfg.trainer.seed + ctx.rank)
-        self.pool = RewardPool(
-            cfg.reward.name,
-            cfg.reward.num_workers,
-            cfg.reward.timeout_s,
-            partial_credit=cfg.reward.partial_credit,
-            lenient=cfg.reward.lenient,
-        )
-        self.scorer = Scorer(
-            self.tokenizer,
-            self.pool,
-            cfg.data.max_response_length,
-            cfg.algorithm.overlong_buffer,
-            cfg.reward.repetition_penalty,
-            log=self.log,
-        )
+        self.episode = build_episode(cfg, self.tokenizer, self.log)
         self.campo = CampoSchedule(cfg.algorithm.campo) if cfg.algorithm.campo.enable else None
         if ckpt is not None:
             self._resume_from(ckpt)
@@ -368,7 +353,7 @@ class Trainer:
             self._staging = HostStaging()  # rank 0's two host copies of the weights, reused every step
             self.producer = RolloutProducer(
                 self.engine,
-                self.scorer,
+                self.episode,
                 self.sampler,
                 self.train_data,
                 lambda: self.step_cfg,
@@ -400,13 +385,9 @@ class Trainer:
     # ----------------------------------------------------------------------------------------------- set-up
     def _apply_stage(self) -> None:
         """The settings of the next steps: the run's, or the current CAMPO stage's length limit and clip bounds
-        (`dapo_rl.campo`) for sampling, shaping and the loss."""
+        (`dapo_rl.campo`). They reach sampling and the overlong penalty as each round's `SamplingParams.max_tokens`
+        (`round_params`), and the loss as `train_step`'s `Actor.update(clip_ratio=...)`."""
         self.step_cfg = self.campo.stage_config(self.cfg) if self.campo is not None else self.cfg
-        self.scorer.max_response_length = self.step_cfg.data.max_response_length
-        a = self.step_cfg.algorithm
-        self.actor.algo = replace(
-            self.actor.algo, clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high
-        )
 
     def _start_tracking(self, resumed: bool) -> Tracking | None:
         """The trackers of `trainer.logger` beyond console and jsonl (None when there are none)."""
@@ -641,7 +622,7 @@ class Trainer:
             max_tokens=self.cfg.data.max_response_length,
             seed=self.cfg.trainer.seed,  # evaluate_dataset: round_seed(seed, dataset, chunk, rank, Stream.EVAL)
         )
-        verify = Scorer(self.tokenizer, self.pool)
+        verify = self.episode.unshaped()
         out = {}
         with self._engine_current():
             for ds in self.val_data:
@@ -670,7 +651,7 @@ class Trainer:
             self._rank0_status(error)
             yield
 
-    def _validate_one(self, ds, params: SamplingParams, verify: Scorer) -> dict:
+    def _validate_one(self, ds, params: SamplingParams, verify) -> dict:
         """`validate` on one dataset."""
         from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
 
@@ -703,13 +684,13 @@ class Trainer:
         """One DAPO step: collect a batch with dynamic sampling, update the actor, push the weights to the engine."""
         ctx = self.ctx
         t0 = time.perf_counter()
-        scored_before = self.scorer.seconds
+        scored_before = self.episode.seconds
         if self.async_k > 0:  # asynchronous: the batch waits in rank 0's producer's queue
             groups, stats = self._next_async_batch()
         else:
             groups, stats = collect_batch(
                 self.engine,
-                self.scorer,
+                self.episode,
                 self.sampler,
                 self.train_data,
                 self.step_cfg,
@@ -723,7 +704,8 @@ class Trainer:
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
         if self.engine is not None:
             self.engine.sleep()
-        upd = self.actor.update(batch)
+        a = self.step_cfg.algorithm
+        upd = self.actor.update(batch, clip_ratio=(a.clip_ratio_low, a.clip_ratio_high))
         t2 = time.perf_counter()
         if self.async_k > 0:
             self._publish_weights()
@@ -757,7 +739,7 @@ class Trainer:
             metrics["rollout_corr/sync_logprob_gap"] = sync_gap
         # overlaps time/generate_s with reward.overlap; the producer reports its rounds' scoring time itself
         if self.async_k == 0:
-            metrics["time/score_s"] = self.scorer.seconds - scored_before
+            metrics["time/score_s"] = self.episode.seconds - scored_before
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
         metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
         metrics["time/sync_weights_s"] = t3 - t2
@@ -971,7 +953,7 @@ class Trainer:
                 # `close`) ends it, rather than a stuck engine's generate deadline (review of issue 42, M3)
                 failing = sys.exc_info()[0] is not None and not issubclass(sys.exc_info()[0], TrainingStopped)
                 self.producer.stop(0.0 if failing else None)
-            self.pool.close()
+            self.episode.close()
             if self.tracking is not None:
                 self.tracking.finish()
             quitting = isinstance(sys.exc_info()[1], Interrupted)  # a second Ctrl-C: no figure, quit at once

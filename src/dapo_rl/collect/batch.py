@@ -7,9 +7,9 @@ import torch
 
 from dapo_rl.actor import TrainBatch
 from dapo_rl.algo import get_adv_estimator
-from dapo_rl.collect.records import PromptGroup, Rollout
 from dapo_rl.config import Config
 from dapo_rl.distributed import DistContext, all_to_all_objects, shard_minibatches
+from dapo_rl.episode.records import PromptGroup, Rollout
 
 
 def _fetch_rows(

@@ -11,12 +11,11 @@ import torch
 
 from dapo_rl.algo import kept_group_ids
 from dapo_rl.collect.prompt_policy import PromptPolicy, prompt_policy
-from dapo_rl.collect.records import PromptGroup
-from dapo_rl.collect.sampling import Scorer, sample_and_score
 from dapo_rl.collect.stats import GenerationSums
 from dapo_rl.config import Config
 from dapo_rl.data import EpochSampler, PromptDataset
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce
+from dapo_rl.episode import Episode, PromptGroup
 from dapo_rl.rollout import SamplingParams
 from dapo_rl.rollout.seeds import round_seed
 
@@ -27,7 +26,7 @@ class DynamicSamplingExhausted(RuntimeError):
 
 def collect_batch(
     engine,
-    scorer: Scorer,
+    episode: Episode,
     sampler: EpochSampler,
     dataset: PromptDataset,
     cfg: Config,
@@ -51,7 +50,7 @@ def collect_batch(
 
     Args:
         engine: rollout engine (`generate`).
-        scorer: scores and shapes rollouts.
+        episode: samples, scores and shapes each round's trajectories (`dapo_rl.episode.build_episode`).
         sampler: the training prompts' epoch order (advanced by each round's draws).
         dataset: the training prompts.
         cfg: the run's configuration.
@@ -96,13 +95,12 @@ def collect_batch(
         prompts += len(indices)
         positions = list(range(ctx.rank, len(indices), ctx.world_size))
         params = round_params(cfg, round_seed(cfg.trainer.seed, step, rounds, ctx.rank))
-        sampled, seconds = sample_and_score(
+        sampled, seconds = episode.sample(
             engine,
-            scorer,
             dataset,
             [indices[p] for p in positions],
             params,
-            (ctx.device.type != "cpu" and cfg.reward.num_workers > 0)
+            overlap=(ctx.device.type != "cpu" and cfg.reward.num_workers > 0)
             if cfg.reward.overlap is None
             else cfg.reward.overlap,
         )

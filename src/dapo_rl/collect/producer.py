@@ -36,10 +36,9 @@ from dapo_rl.collect.loop import (
     round_params,
 )
 from dapo_rl.collect.prompt_policy import PromptPolicy
-from dapo_rl.collect.records import PromptGroup, Rollout
-from dapo_rl.collect.sampling import Scorer, sample_and_score, sample_groups
 from dapo_rl.collect.stats import GenerationSums
 from dapo_rl.data import EpochSampler, PromptDataset
+from dapo_rl.episode import Episode, PromptGroup, Rollout
 from dapo_rl.rollout.base import GenerationAborted
 from dapo_rl.rollout.seeds import round_seed
 
@@ -95,9 +94,8 @@ class RolloutProducer:
     """The producer thread of asynchronous DAPO (see the module's docstring), in rank 0's process.
 
     Args:
-        engine: the engine processes (`RemoteEngines`: each round is split between its `engines`, consecutive
-            shares, share j seeded as rank j) or any one `generate` / `update_weights` engine.
-        scorer: scores and shapes the rollouts (its reward pool is used from this thread).
+        engine: the engine processes (`RemoteEngines`, which split each round between them) or any one engine.
+        episode: samples, scores and shapes each round (its reward pool is used from this thread).
         sampler: the training prompts' epoch order (advanced by each round).
         dataset: the training prompts.
         step_cfg: returns the settings of the next round (the run's, or the CAMPO stage's).
@@ -114,7 +112,7 @@ class RolloutProducer:
     def __init__(
         self,
         engine,
-        scorer: Scorer,
+        episode: Episode,
         sampler: EpochSampler,
         dataset: PromptDataset,
         step_cfg: Callable[[], object],
@@ -124,7 +122,7 @@ class RolloutProducer:
         log: Callable[[str], None] = print,
         world_size: int = 1,
     ):
-        self.engine, self.scorer, self.sampler, self.dataset = engine, scorer, sampler, dataset
+        self.engine, self.episode, self.sampler, self.dataset = engine, episode, sampler, dataset
         self.step_cfg, self.policy, self.log = step_cfg, policy, log
         self.world_size = world_size
         self.queue = GroupQueue(max_staleness)
@@ -355,30 +353,11 @@ class RolloutProducer:
         return self.queue.fresh(self.learner_version) >= self.queue.max_staleness * c.data.train_batch_size
 
     def _sample(self, c, indices: list[int]) -> tuple[list[list[Rollout]], float]:
-        """One round's groups, scored, and the seconds spent generating them. Several engine processes
-        (`RemoteEngines.engines`) sample consecutive shares of the round side by side, share j with the seed of
-        "rank" j (as the synchronous loop's ranks do); scoring follows, on this thread."""
-        engines = getattr(self.engine, "engines", None) or [self.engine]
+        """One round's groups, scored, and the seconds spent generating them (`Episode.sample`; several engine
+        processes split the round between them, `RemoteEngines.generate`); scoring follows, on this thread."""
         # step 0 is no training step's: the asynchronous rounds have seeds of their own, numbered across the run
-        seeds = [round_seed(c.trainer.seed, 0, self.rounds_total, j) for j in range(len(engines))]
-        if len(engines) == 1:
-            return sample_and_score(
-                self.engine, self.scorer, self.dataset, indices, round_params(c, seeds[0]), overlap=False
-            )
-        from concurrent.futures import ThreadPoolExecutor
-
-        bounds = [len(indices) * j // len(engines) for j in range(len(engines) + 1)]
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="dapo-round") as pool:
-            parts = [
-                pool.submit(sample_groups, e, self.dataset, indices[a:b], round_params(c, seed))
-                for e, seed, a, b in zip(engines, seeds, bounds, bounds[1:])
-                if b > a  # a round smaller than the engines (adaptive rounds): the idle ones skip it
-            ]
-            sampled = [g for f in parts for g in f.result()]
-        gen_s = time.perf_counter() - t0
-        self.scorer([x for g in sampled for x in g])
-        return sampled, gen_s
+        seed = round_seed(c.trainer.seed, 0, self.rounds_total, 0)
+        return self.episode.sample(self.engine, self.dataset, indices, round_params(c, seed), overlap=False)
 
     def _run(self) -> None:
         try:
@@ -425,7 +404,7 @@ class RolloutProducer:
         size = self.policy.round_size(need, c.data.gen_batch_size, 1)
         indices, passed = self.policy.draw(self.sampler, size)
         version = self.engine_version
-        scored_before = self.scorer.seconds
+        scored_before = self.episode.seconds
         with self._cv:  # an abort from here on is this round's (`paused` reads `_generating` under the lock)
             self._gen_started = time.perf_counter()
             self._generating = True
@@ -465,7 +444,7 @@ class RolloutProducer:
             rep.prompts += len(indices)
             rep.skipped += passed
             rep.generate_s += gen_s
-            rep.score_s += self.scorer.seconds - scored_before
+            rep.score_s += self.episode.seconds - scored_before
             before = self._kept_total // want
             self._kept_total += len(kept)
             self._rounds_since_batch = (

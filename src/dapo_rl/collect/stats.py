@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
-from dapo_rl.collect.records import PromptGroup
+from dapo_rl.episode.records import PromptGroup
 
 
 @dataclass
@@ -24,7 +24,7 @@ class GenerationSums:
         groups: prompt groups sampled.
         reward: sum of the shaped rewards.
         correct: responses the verifier judged correct.
-        tokens: response tokens, a tool's included (`dapo_rl.collect.records`).
+        tokens: response tokens, a tool's included (`dapo_rl.episode.records`).
         truncated: responses cut at `max_tokens`.
         errors: verifier errors (timeouts excluded).
         timeouts: answers the verifier did not settle in time.

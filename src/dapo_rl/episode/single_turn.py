@@ -1,5 +1,6 @@
-"""One generation round: prompts -> engine -> responses -> verifier -> shaping, as unscored and then scored
-`Rollout`s grouped by prompt. `dapo eval` samples and scores through the same functions."""
+"""The single-turn episode (DAPO's): one generation round, prompts -> engine -> responses -> verifier -> shaping, as
+unscored and then scored `Rollout`s grouped by prompt (`SingleTurn`, built by `dapo_rl.episode.build_episode`).
+Training, validation and `dapo eval` sample and score through it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from dapo_rl.algo import overlong_penalty
-from dapo_rl.collect.records import Rollout
 from dapo_rl.config import OverlongBufferConfig, RepetitionPenaltyConfig
 from dapo_rl.data import PromptDataset
+from dapo_rl.episode.base import Episode, register_episode
+from dapo_rl.episode.records import Rollout
 from dapo_rl.reward.shaping import repetition_penalty
 from dapo_rl.rollout import SamplingParams
 
@@ -24,7 +26,6 @@ class Scorer:
     Attributes:
         tokenizer: decodes token ids (special tokens skipped); None when every rollout comes with its text.
         pool: `dapo_rl.reward.pool.RewardPool`.
-        max_response_length: L_max of Eq. 13 (tokens).
         overlong: the overlong buffer (Eq. 13), or None for none.
         repetition: MiroMind-M1's repetition penalty, or None for none.
         log: where the first verifier error of the run is reported (once; later ones only count in
@@ -33,7 +34,6 @@ class Scorer:
 
     tokenizer: object
     pool: object
-    max_response_length: int = 0
     overlong: OverlongBufferConfig | None = None
     repetition: RepetitionPenaltyConfig | None = None
     log: Callable[[str], None] | None = None
@@ -41,8 +41,17 @@ class Scorer:
     seconds: float = 0.0
     """Wall-clock seconds spent in the reward pool so far (`time/score_s` is its growth over a step)."""
 
-    def __call__(self, rollouts: Sequence[Rollout]) -> None:
-        """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call."""
+    def __call__(self, rollouts: Sequence[Rollout], max_tokens: int = 0) -> None:
+        """Fill `text`, `score`, `acc`, `pred`, `status` and `reward` of each rollout, in one pool call.
+
+        Args:
+            rollouts: one round's responses (or a chunk of it).
+            max_tokens: the round's response limit (`SamplingParams.max_tokens`), L_max of the overlong penalty
+                (Eq. 13): under CAMPO the current stage's.
+
+        Raises:
+            ValueError: the overlong buffer is on and `max_tokens` is not given.
+        """
         if not rollouts:
             return
         # a served model's responses arrive as text (no token ids); the others are decoded here
@@ -80,9 +89,11 @@ class Scorer:
                     "are only counted in reward/error_rate"
                 )
         if self.overlong is not None and self.overlong.enable:
+            if max_tokens <= 0:
+                raise ValueError("the overlong penalty needs the round's max_tokens (L_max of Eq. 13)")
             pen = overlong_penalty(
                 torch.tensor([r.response_length for r in rollouts]),
-                self.max_response_length,
+                max_tokens,
                 self.overlong.len,
                 self.overlong.penalty_factor,
             )
@@ -148,7 +159,7 @@ def sample_and_score(
         t0 = time.perf_counter()
         sampled = sample_groups(engine, dataset, indices, params)
         gen_s = time.perf_counter() - t0
-        scorer([x for g in sampled for x in g])
+        scorer([x for g in sampled for x in g], params.max_tokens)
         return sampled, gen_s
     from concurrent.futures import ThreadPoolExecutor
 
@@ -165,7 +176,49 @@ def sample_and_score(
                 break
             part = _rollouts(dataset, indices[len(sampled) : len(sampled) + len(outs)], outs)
             sampled.extend(part)
-            futures.append(pool.submit(scorer, [x for g in part for x in g]))
+            futures.append(pool.submit(scorer, [x for g in part for x in g], params.max_tokens))
         for f in futures:
             f.result()
     return sampled, gen_s
+
+
+@register_episode
+@dataclass
+class SingleTurn(Episode):
+    """DAPO's episode: one response per sample, scored by the verifier, shaped (overlong penalty, repetition
+    penalty); every response token is the model's (`Rollout.loss_mask` None).
+
+    Attributes:
+        scorer: the verifier (through its reward pool) and the shaping.
+        owns_pool: `close` closes the reward pool (False for `unshaped`'s view of a pool another episode owns).
+    """
+
+    name = "single_turn"
+    scorer: Scorer
+    owns_pool: bool = True
+
+    @classmethod
+    def build(cls, cfg, tokenizer, pool, log: Callable[[str], None] | None = None) -> SingleTurn:
+        """The episode of a run's config: its reward pool, `algorithm.overlong_buffer` and
+        `reward.repetition_penalty` (`build_episode`)."""
+        return cls(
+            Scorer(tokenizer, pool, cfg.algorithm.overlong_buffer, cfg.reward.repetition_penalty, log=log)
+        )
+
+    def sample(self, engine, dataset, indices, params, *, overlap: bool = False):
+        return sample_and_score(engine, self.scorer, dataset, indices, params, overlap)
+
+    def unshaped(self) -> SingleTurn:
+        return SingleTurn(Scorer(self.scorer.tokenizer, self.scorer.pool), owns_pool=False)
+
+    @property
+    def pool(self):
+        return self.scorer.pool
+
+    @property
+    def seconds(self) -> float:
+        return self.scorer.seconds
+
+    def close(self) -> None:
+        if self.owns_pool:
+            self.scorer.pool.close()

@@ -1,0 +1,142 @@
+"""The episode protocol: prompt in, scored trajectories with a per-token loss mask out.
+
+An episode type owns everything between the prompts a round draws and the records the batch is built from: what it
+asks the engine (one `generate` per turn), what the verifier sees, the shaping of the reward, and which response
+tokens are the model's (`Rollout.loss_mask`). Training (`dapo_rl.collect.collect_batch`, the asynchronous
+`RolloutProducer`), validation and `dapo eval` all call `Episode.sample`, so a new episode type (a multi-turn tool
+loop) lands here and nowhere else. `build_episode` is the one place that builds an episode and its reward pool from
+a config (`episode.name`, `reward.*`, the shaping settings).
+
+A new episode type subclasses `Episode`, sets `name`, implements `build` and `sample`, and is registered with
+`@register_episode`; `episode.name` then selects it (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from dapo_rl.config import Config, RewardConfig
+    from dapo_rl.episode.records import Rollout
+    from dapo_rl.reward.pool import RewardPool
+    from dapo_rl.rollout import RolloutEngine, SamplingParams
+
+
+class Episode:
+    """One episode type. Use as a context manager or call `close()` (it ends the reward pool's workers).
+
+    Attributes:
+        name: the `episode.name` that selects it.
+    """
+
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def build(
+        cls, cfg: Config, tokenizer, pool: RewardPool, log: Callable[[str], None] | None = None
+    ) -> Episode:
+        """This episode type for a run's config, scoring through `pool` (`build_episode` makes the pool)."""
+        raise NotImplementedError
+
+    def sample(
+        self,
+        engine: RolloutEngine,
+        dataset,
+        indices: Sequence[int],
+        params: SamplingParams,
+        *,
+        overlap: bool = False,
+    ) -> tuple[list[list[Rollout]], float]:
+        """Sample `params.n` trajectories for each prompt `dataset[i]`, i in `indices`, score and shape them.
+
+        Args:
+            engine: the rollout engine (`dapo_rl.rollout.RolloutEngine`).
+            dataset: a `dapo_rl.data.PromptDataset` (or `dapo_rl.evaluate.ChatPrompts` for a served model).
+            indices: the prompts' indices in `dataset`.
+            params: the round's sampling parameters; `params.max_tokens` is L_max of the overlong penalty.
+            overlap: score chunks of the round while the engine samples the next (`reward.overlap`).
+
+        Returns:
+            `(groups, generate_seconds)`: one list of `params.n` scored `Rollout`s per index, in order, and the wall
+            time spent inside the engine.
+        """
+        raise NotImplementedError
+
+    def unshaped(self) -> Episode:
+        """The same episode and verifier without reward shaping, sharing this one's reward pool (validation and
+        `dapo eval` report the verifier's score); closing it leaves the pool open."""
+        raise NotImplementedError
+
+    @property
+    def pool(self) -> RewardPool:
+        """The reward pool (`dapo eval`'s maj@k groups answers by equivalence through it)."""
+        raise NotImplementedError
+
+    @property
+    def seconds(self) -> float:
+        """Wall-clock seconds spent in the verifier so far (`time/score_s` is its growth over a step)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the reward pool's workers (if this episode owns the pool); idempotent."""
+
+    def __enter__(self) -> Episode:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+EPISODES: dict[str, type[Episode]] = {}
+"""Episode types by `episode.name` (`register_episode`)."""
+
+
+def register_episode(cls: type[Episode]) -> type[Episode]:
+    """Class decorator: make `cls` selectable as `episode.name: <cls.name>`.
+
+    Raises:
+        ValueError: `cls.name` is empty or already taken.
+    """
+    if not cls.name or cls.name in EPISODES:
+        raise ValueError(f"episode name {cls.name!r} is empty or already registered")
+    EPISODES[cls.name] = cls
+    return cls
+
+
+def reward_pool(reward: RewardConfig) -> RewardPool:
+    """The reward pool of a `reward:` section (`dapo train`'s, or the one `dapo eval` and `dapo score` make from
+    their flags).
+
+    Raises:
+        ValueError: a bad verifier name, worker count or time limit; RuntimeError: a worker did not start.
+    """
+    from dapo_rl.reward.pool import RewardPool
+
+    return RewardPool(
+        reward.name,
+        reward.num_workers,
+        reward.timeout_s,
+        partial_credit=reward.partial_credit,
+        lenient=reward.lenient,
+    )
+
+
+def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = None) -> Episode:
+    """The episode of `cfg.episode.name` with its reward pool (`cfg.reward`) and shaping.
+
+    Args:
+        cfg: the run's config (`episode`, `reward`, `algorithm.overlong_buffer`).
+        tokenizer: decodes response token ids (None when every response comes as text: a served model).
+        log: where the first verifier error of the run is reported.
+
+    Raises:
+        KeyError: an unknown `episode.name` (`validate_config` refuses it first); as `reward_pool`.
+    """
+    kind = EPISODES[cfg.episode.name]
+    pool = reward_pool(cfg.reward)
+    try:
+        return kind.build(cfg, tokenizer, pool, log)
+    except BaseException:
+        pool.close()
+        raise
