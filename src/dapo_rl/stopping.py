@@ -31,11 +31,6 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 """Exit code of `dapo train` stopped by Ctrl-C (SIGINT): 130, what a shell reports for a process ended by SIGINT;
 after saving a checkpoint (one Ctrl-C) or at once, without one for the step in progress (a second Ctrl-C)."""
 
-SHUTDOWN_TIMEOUT_S = 1800
-"""Seconds `dapo train trainer.nproc_per_node=N`'s launcher waits for its ranks after forwarding a SIGTERM or a Ctrl-C
-before it kills them (torch's default, 30 s, is shorter than a GPU step and its checkpoint), unless
-`TORCH_ELASTIC_SHUTDOWN_TIMEOUT` says otherwise."""
-
 
 class TrainingStopped(Exception):
     """SIGTERM or Ctrl-C (`signum`) stopped the run at a step boundary, after `checkpoint` (the step's checkpoint)

@@ -18,6 +18,12 @@ EXIT_RANK_FAILED = 1
 """Exit code when a rank died without an exit code of its own (a crash with a traceback)."""
 
 
+SHUTDOWN_TIMEOUT_S = 1800
+"""Seconds `dapo train trainer.nproc_per_node=N`'s launcher waits for its ranks after forwarding a SIGTERM or a Ctrl-C
+before it kills them (torch's default, 30 s, is shorter than a GPU step and its checkpoint), unless
+`TORCH_ELASTIC_SHUTDOWN_TIMEOUT` says otherwise."""
+
+
 def _rank_failure_message(rank: int, exitcode: int) -> str:
     if exitcode < 0:
         try:
@@ -47,8 +53,6 @@ def launch_torchrun(argv: list[str], nproc_per_node: int) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from dapo_rl.stopping import SHUTDOWN_TIMEOUT_S
 
     # as torchrun does: the ranks share the machine's cores instead of each taking all of them
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc_per_node)))
