@@ -128,3 +128,41 @@ def test_three_stages_with_a_crash_and_resume_mid_stage(base_model, tmp_path):
         assert x["train/response_length_max"] <= x["campo/max_response_length"]
     assert rows[0]["train/response_clip_ratio"] == 1.0  # "Answer: N" does not fit in 8 tokens
     assert (run / "training_dynamics.png").stat().st_size > 10_000
+
+
+def test_the_stages_clip_bounds_reach_the_loss_through_the_update(tmp_path):
+    """`Actor.update(clip_ratio=...)` (what the trainer passes from the CAMPO stage): two mini-batches, so the second
+    step's ratio moves away from 1; with epsilon_high 0 every positive-advantage token whose ratio rose is clipped,
+    with the run's own bounds (None) the update equals one given them explicitly."""
+    import torch
+
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    tok = save_tiny_checkpoint(tmp_path, seed=5)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 250, (6,), generator=g).tolist() for _ in range(8)]
+    responses = [torch.randint(0, 250, (12,), generator=g).tolist() for _ in range(8)]
+    batch = TrainBatch.build(
+        prompts,
+        responses,
+        torch.linspace(-1, 1, 8),
+        torch.ones(8),
+        tok.pad_token_id,
+        minibatch=[0] * 4 + [1] * 4,
+    )
+    batch.num_minibatches = 2
+
+    def update(clip_ratio):
+        torch.manual_seed(0)
+        actor = Actor(str(tmp_path), ActorConfig(lr=1e-2, ppo_micro_batch_size=8), AlgorithmConfig())
+        return actor.update(batch, clip_ratio=clip_ratio)
+
+    default, explicit = update(None), update((0.2, 0.28))
+    assert {k: v for k, v in default.items() if not k.startswith("time/")} == {
+        k: v for k, v in explicit.items() if not k.startswith("time/")
+    }
+    tight, loose = update((0.2, 0.0)), update((0.2, 1e6))
+    assert tight["actor/pg_clipfrac_upper"] > 0 and loose["actor/pg_clipfrac_upper"] == 0
+    assert tight["actor/pg_loss"] != loose["actor/pg_loss"]
