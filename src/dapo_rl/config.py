@@ -354,11 +354,30 @@ class EpisodeConfig:
     `reward.repetition_penalty`."""
 
     name: str = "single_turn"
-    """`single_turn`: DAPO's, one response per sample, every token the model's (`dapo_rl.episode.SingleTurn`)."""
+    """`single_turn`: DAPO's, one response per sample, every token the model's (`dapo_rl.episode.SingleTurn`); or
+    `module:Class`, your own `dapo_rl.episode.Episode` subclass, imported when named (docs/extending.md)."""
 
     def check(self) -> None:
-        """Raises: ConfigError: an unknown `episode.name`."""
-        _choice(self.name, EPISODE_NAMES, "episode.name")
+        """Raises: ConfigError: an unknown `episode.name`, or a `module:Class` that does not import or is no class
+        with the episode's `build` and `sample`."""
+        if ":" not in self.name:
+            _choice(self.name, EPISODE_NAMES, "episode.name")
+            return
+        import importlib
+
+        module, _, attr = self.name.partition(":")
+        try:
+            kind = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"episode.name={self.name!r} could not be imported: {e}") from e
+        if not (
+            isinstance(kind, type)
+            and callable(getattr(kind, "build", None))
+            and callable(getattr(kind, "sample", None))
+        ):
+            raise ConfigError(
+                f"episode.name={self.name!r} is not an episode type (dapo_rl.episode.Episode subclass)"
+            )
 
 
 @dataclass

@@ -111,3 +111,25 @@ def test_the_overlong_penalty_without_the_rounds_limit_is_an_error(parts):
             scorer([r])
         scorer([r], max_tokens=64)
         assert r.reward == r.score and torch.isfinite(torch.tensor(r.reward))
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("no_such_module:X", r"^episode.name='no_such_module:X' could not be imported: No module named"),
+        (
+            "dapo_rl.episode:Nope",
+            r"^episode.name='dapo_rl.episode:Nope' could not be imported: .*no attribute 'Nope'",
+        ),
+        ("dapo_rl.episode:Scorer", r"^episode.name='dapo_rl.episode:Scorer' is not an episode type"),
+    ],
+)
+def test_a_user_episode_type_is_named_module_colon_class(name, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [f"episode.name={name}"])
+    # the builder's own check (a config built in code skips validate_config)
+    from dapo_rl.episode import episode_type
+
+    with pytest.raises(ValueError):
+        episode_type(name)
+    assert episode_type("dapo_rl.episode:SingleTurn") is SingleTurn is episode_type("single_turn")

@@ -10,7 +10,7 @@ Training, validation and `dapo eval` sample through `Episode.sample`; the layers
 trainer) never build a reward pool or a scorer themselves.
 """
 
-from dapo_rl.episode.base import EPISODES, Episode, build_episode, register_episode, reward_pool
+from dapo_rl.episode.base import EPISODES, Episode, build_episode, episode_type, register_episode, reward_pool
 from dapo_rl.episode.records import PromptGroup, Rollout
 from dapo_rl.episode.single_turn import Scorer, SingleTurn, sample_and_score, sample_groups
 
@@ -22,6 +22,7 @@ __all__ = [
     "Scorer",
     "SingleTurn",
     "build_episode",
+    "episode_type",
     "register_episode",
     "reward_pool",
     "sample_and_score",

@@ -7,8 +7,10 @@ tokens are the model's (`Rollout.loss_mask`). Training (`dapo_rl.collect.collect
 loop) lands here and nowhere else. `build_episode` is the one place that builds an episode and its reward pool from
 a config (`episode.name`, `reward.*`, the shaping settings).
 
-A new episode type subclasses `Episode`, sets `name`, implements `build` and `sample`, and is registered with
-`@register_episode`; `episode.name` then selects it (docs/extending.md).
+A new episode type subclasses `Episode` and implements `build`, `sample`, `unshaped`, `pool` and `seconds`;
+`episode.name=<module>:<Class>` selects it without a change to the package (imported when named, as
+`reward.name=<module>:<function>` is), and the package's own types are registered by name (`@register_episode`).
+docs/extending.md has an example.
 """
 
 from __future__ import annotations
@@ -122,6 +124,28 @@ def reward_pool(reward: RewardConfig) -> RewardPool:
     )
 
 
+def episode_type(name: str) -> type[Episode]:
+    """The episode type `episode.name` selects: a registered name (`EPISODES`) or `module:Class`.
+
+    Raises:
+        ValueError: an unknown name, a module that does not import, or a `Class` that is not an `Episode` subclass.
+    """
+    if ":" not in name:
+        if name not in EPISODES:
+            raise ValueError(f"unknown episode type {name!r} (known: {', '.join(EPISODES)}, or module:Class)")
+        return EPISODES[name]
+    import importlib
+
+    module, _, attr = name.partition(":")
+    try:
+        kind = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"episode type {name!r} could not be imported: {e}") from e
+    if not (isinstance(kind, type) and issubclass(kind, Episode)):
+        raise ValueError(f"episode type {name!r} is not a subclass of dapo_rl.episode.Episode")
+    return kind
+
+
 def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = None) -> Episode:
     """The episode of `cfg.episode.name` with its reward pool (`cfg.reward`) and shaping.
 
@@ -131,9 +155,9 @@ def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = No
         log: where the first verifier error of the run is reported.
 
     Raises:
-        KeyError: an unknown `episode.name` (`validate_config` refuses it first); as `reward_pool`.
+        ValueError: as `episode_type` (`validate_config` refuses a bad name first) and `reward_pool`.
     """
-    kind = EPISODES[cfg.episode.name]
+    kind = episode_type(cfg.episode.name)
     pool = reward_pool(cfg.reward)
     try:
         return kind.build(cfg, tokenizer, pool, log)
