@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -456,6 +457,16 @@ def test_resume_from_a_cut_model_safetensors_or_rng_file_exits_2_with_one_line(m
         print(f"step {step}: refused in {took:.1f} s: {lines[0]}")
         m = re.search(r"\(mv (\S+) (\S+)\)", lines[0])
         os.rename(m.group(1), m.group(2))
+    # a newer checkpoint whose trainer_state.pt was lost after it was written is passed over, and said so
+    lost = ckpts / "global_step_9"
+    shutil.copytree(ckpts / "global_step_1", lost)
+    (lost / "trainer_state.pt").unlink()
+    r = dapo(*args, "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (
+        "warning: --resume passes over global_step_9 (no trainer_state.pt: damaged after it was written) and "
+        "resumes from global_step_1" in r.stdout + r.stderr
+    )
 
 
 def test_an_engine_process_aborts_its_request_and_serves_the_next(model_dir):

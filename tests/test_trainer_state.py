@@ -96,3 +96,17 @@ def test_trust_remote_code_is_off_by_default():
     from dapo_rl.config import load_config
 
     assert load_config(None, []).model.trust_remote_code is False
+
+
+def test_checkpoints_newer_than_the_latest_complete_one_without_their_state_are_named(tmp_path):
+    from dapo_rl.checkpoint import incomplete_checkpoints, latest_checkpoint
+
+    root = tmp_path / "checkpoints"
+    for step, complete in ((2, True), (4, True), (6, False), (8, False), (1, False)):
+        (root / f"global_step_{step}").mkdir(parents=True)
+        if complete:
+            (root / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"x")
+    (root / ".tmp_global_step_10").mkdir()  # a save in progress is no checkpoint at all
+    assert latest_checkpoint(tmp_path) == root / "global_step_4"
+    assert incomplete_checkpoints(tmp_path) == [root / "global_step_6", root / "global_step_8"]
+    assert incomplete_checkpoints(tmp_path / "nothing") == []

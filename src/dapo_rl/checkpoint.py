@@ -98,6 +98,19 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return max(done, key=_step_of, default=None)
 
 
+def incomplete_checkpoints(run_dir: Path) -> list[Path]:
+    """The `checkpoints/global_step_N` directories newer than `latest_checkpoint` that have no `trainer_state.pt`
+    (oldest first). A checkpoint is written under a temporary name and renamed whole, so such a directory was
+    damaged after it was written (its `trainer_state.pt` removed or lost); resuming passes over it."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    newest = latest_checkpoint(run_dir)
+    floor = _step_of(newest) if newest is not None else -1
+    dirs = [p for p in root.glob("global_step_*") if p.is_dir() and not (p / "trainer_state.pt").is_file()]
+    return sorted((p for p in dirs if _step_of(p) > floor), key=_step_of)
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,

@@ -33,6 +33,7 @@ from dapo_rl.algo.rollout_correction import truncated_sampling_bias
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
     check_resumable,
+    incomplete_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -416,8 +417,17 @@ class Trainer:
     def _setup_run_dir(self, resume: bool) -> Path | None:
         """The checkpoint to resume from (None: a new run), after checking the run directory."""
         ckpt = latest_checkpoint(self.out)
+        passed = incomplete_checkpoints(self.out) if resume else []
         if resume and ckpt is None:
-            raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+            raise ConfigError(
+                f"--resume: no checkpoint under {self.out / 'checkpoints'}"
+                + (f" ({', '.join(p.name for p in passed)}: no trainer_state.pt, damaged)" if passed else "")
+            )
+        if passed:
+            self.log(
+                f"warning: --resume passes over {', '.join(p.name for p in passed)} (no trainer_state.pt: damaged "
+                f"after it was written) and resumes from {ckpt.name}"
+            )
         if not resume and self.metrics_path.exists():
             if ckpt is not None:
                 raise ConfigError(
