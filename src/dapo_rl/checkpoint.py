@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dapo_rl.config import ConfigError
-from dapo_rl.distributed import DistContext, barrier
+from dapo_rl.distributed import DistContext, barrier, broadcast_object
 
 
 def rng_state() -> dict:
@@ -291,16 +291,22 @@ def damaged_checkpoint_error(ckpt: Path, problem: str) -> ConfigError:
     return ConfigError(f"checkpoint {ckpt} is damaged ({problem}); {advice}")
 
 
-def check_resumable(ckpt: Path) -> None:
+def check_resumable(ckpt: Path, ctx: DistContext | None = None) -> None:
     """Refuse a damaged checkpoint (`checkpoint_problem`) before anything loads from it (the engine reads
-    `model/` before the actor reads `dcp/`).
+    `model/` before the actor reads `dcp/`). Rank 0 reads the files (every rank's `rng_rank*.pt` among them: once,
+    not once per rank) and every rank gets its answer (a collective).
 
     Raises:
-        ConfigError: `damaged_checkpoint_error`. A checkpoint of an older dapo-rl (no `dcp/`) is left to
-            `load_checkpoint`, which says so.
+        ConfigError: `damaged_checkpoint_error`, on every rank alike. A checkpoint of an older dapo-rl (no `dcp/`) is
+            left to `load_checkpoint`, which says so.
     """
-    if (Path(ckpt) / "dcp").is_dir() and (problem := checkpoint_problem(ckpt)) is not None:
-        raise damaged_checkpoint_error(ckpt, problem)
+    ctx = ctx or DistContext()
+    message = None
+    if ctx.rank == 0 and (Path(ckpt) / "dcp").is_dir() and (problem := checkpoint_problem(ckpt)) is not None:
+        message = str(damaged_checkpoint_error(ckpt, problem))
+    message = broadcast_object(message, ctx)
+    if message is not None:
+        raise ConfigError(message)
 
 
 def load_checkpoint(ckpt: Path, actor, ctx: DistContext) -> dict:

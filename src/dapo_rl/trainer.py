@@ -213,7 +213,7 @@ class Trainer:
             raise ConfigError(str(e)) from e
         ckpt = self._setup_run_dir(resume)
         if ckpt is not None:
-            check_resumable(ckpt)  # before the tokenizer and the engine read its model/
+            check_resumable(ckpt, ctx)  # before the tokenizer and the engine read its model/
         self.engine_threads = 0
         # asynchronous on CPU: the engine processes and the trainer (rank 0's) share the cores
         if self.async_k > 0 and engine_here and ctx.device.type == "cpu":
