@@ -35,6 +35,8 @@ def test_items_come_back_in_order_with_their_options_from_every_worker():
     assert {r["pid"] for r in res} == pids and len(pids) == 2  # both workers took chunks
     assert _without_pid(again) == [_echo(i) for i in range(3)]
     assert pool.workers == [] and pool.run([]) == []
+    with pytest.raises(RuntimeError, match="^the sandbox pool is closed$"):
+        pool.run(items[:1])
 
 
 def test_an_item_past_its_deadline_costs_one_timeout_and_the_later_items_are_answered():

@@ -311,8 +311,11 @@ class WorkerPool(Generic[R]):
             not answered in time, or `on_error(why)` (see the class).
 
         Raises:
-            RuntimeError: a replacement worker did not start (`Worker.ready`).
+            RuntimeError: the pool is closed (and `items` not empty), or a replacement worker did not start
+                (`Worker.ready`).
         """
+        if items and not self.workers:  # the loop below would wait for a worker forever
+            raise RuntimeError(f"the {self.name} pool is closed")
         options = {} if options is None else options
         results: list[Any] = [None] * len(items)
         pending = deque(range(len(items)))
