@@ -271,7 +271,7 @@ def test_a_pool_worker_is_confined(tmp_path):
     listener = _free_listener()
     try:
         with RewardPool("reward_fixtures:escape", 1, 20.0) as pool:
-            workdir = pool._workers[0].workdir
+            workdir = pool._sandbox.workers[0].workdir
             res = pool.score([("x", str(listener.getsockname()[1]), str(outside), None)])[0]
     finally:
         listener.close()
