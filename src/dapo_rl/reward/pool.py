@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, timeout_result
+from dapo_rl.reward.score import compute_score, evaluates_text, resolve_verifier
 from dapo_rl.sandbox.workers import WorkerPool
 
 PRELOAD = [
@@ -50,8 +51,6 @@ ScoreItem = tuple[str, str, Any, Mapping[str, Any] | None]
 def _score_item(item: ScoreItem, options: Mapping[str, Any], *, verifier: str, timeout_s: float) -> dict:
     """The workers' target: score one item with `verifier` (`compute_score`, keyword `options`); never raises on
     model output."""
-    from dapo_rl.reward.score import compute_score
-
     source, text, gt, extra = item
     return dict(compute_score(source, text, gt, extra, verifier=verifier, timeout_s=timeout_s, **options))
 
@@ -118,8 +117,6 @@ class RewardPool:
             raise ValueError(f"reward.num_workers={num_workers} must be >= 0")
         if not 0 < timeout_s < float("inf"):  # NaN fails both: it would time every answer out
             raise ValueError(f"reward.timeout_s={timeout_s} must be a finite number > 0")
-        from dapo_rl.reward.score import resolve_verifier
-
         resolve_verifier(verifier)  # fail early on a bad name or an unimportable user function
         self.verifier, self.num_workers, self.timeout_s = verifier, num_workers, timeout_s
         self.options = {"partial_credit": partial_credit, "lenient": lenient}
@@ -177,8 +174,6 @@ class RewardPool:
 
     def _score_here(self, items: Sequence[ScoreItem], options: dict) -> list[ScoreResult]:
         """``num_workers=0``: score in this process, except the items whose scorer evaluates text."""
-        from dapo_rl.reward.score import compute_score, evaluates_text
-
         results: list[ScoreResult | None] = [None] * len(items)
         confined = [i for i, (s, _, _, e) in enumerate(items) if evaluates_text(self.verifier, s, e)]
         if confined:
