@@ -35,7 +35,7 @@ def test_an_uncaught_error_after_the_workers_and_engine_started_exits_at_once(mo
         if __name__ == "__main__":
             engine = RemoteEngine(EngineSpec(RolloutConfig(name="hf"), {str(model_dir)!r}, 64, num_threads=1))
             pool = RewardPool("auto", 2, 5.0)
-            pids = [engine.proc.pid] + [w.proc.pid for w in pool._workers]
+            pids = [engine.proc.pid] + [w.proc.pid for w in pool._sandbox.workers]
             print("pids", *pids, flush=True)
             holder = [engine, pool]  # kept alive by the traceback's frame, as a Trainer's attributes would be
             raise RuntimeError("a damaged file after the workers started")

@@ -47,7 +47,7 @@ def test_answers_sent_together_keep_their_own_deadline_and_order():
     items[3] = ("x", "slow", "1", None)  # inside the first chunk (40 // 4 = 10 answers)
     items[25] = ("x", "die", "1", None)
     with RewardPool("reward_fixtures:hang_or_die", num_workers=1, timeout_s=1.0) as pool:
-        assert pool._chunk_size(40) == 10
+        assert pool._sandbox._chunk_size(40) == 10
         t0 = time.monotonic()
         res = pool.score(items)
         elapsed = time.monotonic() - t0
@@ -69,8 +69,8 @@ def test_a_too_long_result_and_a_worker_dead_while_idle_cost_only_their_answer()
         res = pool.score(items)
         assert [r["score"] for r in res] == [1.0, -1.0, -1.0, 1.0]
         assert res[1]["error"] == "result longer than 1048576 bytes"
-        os.kill(pool._workers[0].proc.pid, signal.SIGKILL)
-        pool._workers[0].proc.join(5)
+        os.kill(pool._sandbox.workers[0].proc.pid, signal.SIGKILL)
+        pool._sandbox.workers[0].proc.join(5)
         again = pool.score(items[:1] + items[2:])
     assert [r["score"] for r in again] == [1.0, -1.0, 1.0] and all("error" not in r for r in again)
 

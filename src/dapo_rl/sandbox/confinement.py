@@ -1,7 +1,7 @@
 """Operating-system confinement for the processes that handle model output.
 
 A process that scores, parses or (later) runs what a model wrote calls `confine` once, first thing, in a fresh child
-(the reward pool's workers do, `dapo_rl.reward.pool`). From then on, for it and anything it starts:
+(the sandbox's workers do, `dapo_rl.sandbox.workers`). From then on, for it and anything it starts:
 
 - **limits** (``setrlimit``): address space (`Limits.memory_bytes`), size of any file written
   (`Limits.file_bytes`), open files (`Limits.open_files`), no core dumps, no child processes (``RLIMIT_NPROC`` 0:
@@ -19,8 +19,8 @@ A process that scores, parses or (later) runs what a model wrote calls `confine`
   library falls back to ``clone``), ``execve``, ``execveat``, ``socket``, ``socketpair`` and ``connect`` with
   ``EPERM`` (a pathname UNIX socket, such as multiprocessing's fork server's, is otherwise reachable).
 
-The caller also closes the descriptors it inherited and does not need before it confines itself (the reward pool's
-workers keep only their pipe: `dapo_rl.reward.pool`), and reads what the process sends back as data, never
+The caller also closes the descriptors it inherited and does not need before it confines itself (the sandbox's
+workers keep only their pipe: `dapo_rl.sandbox.workers`), and reads what the process sends back as data, never
 unpickled.
 
 Each layer is applied where the OS offers it; what is not available is reported in the returned `Confinement`, and
