@@ -62,10 +62,10 @@ def test_the_unshaped_view_shares_the_pool_and_reports_the_verifiers_score(parts
 def test_closing_the_episode_ends_its_reward_workers(parts):
     tok = parts[0]
     episode = build_episode(_cfg("reward.num_workers=1"), tok)
-    (worker,) = episode.pool._workers
+    (worker,) = episode.pool._sandbox.workers
     assert worker.proc.is_alive()
     episode.close()
-    assert not worker.proc.is_alive() and episode.pool._workers == []
+    assert not worker.proc.is_alive() and episode.pool._sandbox.workers == []
     episode.close()  # idempotent
 
 
@@ -86,7 +86,7 @@ def test_a_failed_build_closes_the_pool_it_was_given(parts):
         cfg.episode.name = _Failing.name  # past validate_config, which knows only the shipped names
         with pytest.raises(RuntimeError, match="cannot be built"):
             build_episode(cfg, parts[0])
-        assert _Failing.built_with is not None and _Failing.built_with._workers == []
+        assert _Failing.built_with is not None and _Failing.built_with._sandbox.workers == []
     finally:
         del EPISODES[_Failing.name]
 
