@@ -49,6 +49,12 @@ class ModelConfig:
     CPUs `eager` or `sdpa`, whichever a forward + backward probe at the run's micro-batch shape times faster (SDPA's
     CPU kernel is slow in bf16 on short sequences), logged with its figures. vLLM picks its own kernels."""
 
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        if not self.attn_implementation.strip():
+            raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")
+        _choice(self.dtype, ("float32", "bfloat16"), "model.dtype")
+
 
 @dataclass
 class ReasoningGymConfig:
@@ -112,6 +118,25 @@ class DataConfig:
     UTF-8 JSON) stop the run with an error naming file, row and field; `true` skips them, counts them in
     `data/skipped_rows` and logs the first few. Unreadable files and missing columns always stop the run."""
 
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        from dapo_rl.data.templates import TEMPLATES
+
+        _choice(self.prompt_template, TEMPLATES, "data.prompt_template")
+        for key, val in (
+            ("data.train_batch_size", self.train_batch_size),
+            ("data.gen_batch_size", self.gen_batch_size),
+            ("data.max_prompt_length", self.max_prompt_length),
+            ("data.max_response_length", self.max_response_length),
+        ):
+            if val < 1:
+                raise ConfigError(f"{key}={val} must be >= 1")
+        if self.gen_batch_size < self.train_batch_size:
+            raise ConfigError(
+                f"data.gen_batch_size={self.gen_batch_size} must be >= data.train_batch_size={self.train_batch_size}: "
+                "one generation round must be able to fill a training batch (DAPO samples 3x train_batch_size)"
+            )
+
 
 @dataclass
 class OverlongBufferConfig:
@@ -122,6 +147,10 @@ class OverlongBufferConfig:
     """L_cache: the penalty ramps linearly over the last `len` tokens before `data.max_response_length`."""
     penalty_factor: float = 1.0
     """Penalty at (and past) `max_response_length`."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        check_number("algorithm.overlong_buffer.penalty_factor", self.penalty_factor, ge=0)
 
 
 @dataclass
@@ -159,6 +188,17 @@ class FilterGroupsConfig:
     """Zero-waste, 3/3: size each generation round from the running kept-rate (prompts kept / prompts sampled) to
     what the batch still needs, between a quarter of `data.gen_batch_size` and `data.gen_batch_size` prompts."""
 
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        _choice(self.metric, ("acc", "score"), "algorithm.filter_groups.metric")
+        _choice(self.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
+        for key, val in (
+            ("algorithm.filter_groups.skip_solved", self.skip_solved),
+            ("algorithm.filter_groups.skip_unsolved", self.skip_unsolved),
+        ):
+            if val < 0:
+                raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
+
 
 @dataclass
 class RolloutCorrectionConfig:
@@ -182,6 +222,32 @@ class RolloutCorrectionConfig:
     mini-batches or epochs, or with `rollout_is` / `rollout_rs`); PPO's clipped ratio pi_theta / mu then does the
     correcting, so `rollout_is` and `rollout_rs` must stay null."""
 
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        if self.rollout_is is not None:
+            _choice(self.rollout_is, ("token", "sequence"), "algorithm.rollout_correction.rollout_is")
+        if self.rollout_rs is not None:
+            _choice(
+                self.rollout_rs, ("token", "sequence", "geometric"), "algorithm.rollout_correction.rollout_rs"
+            )
+        upper = self.rollout_is_threshold if self.rollout_rs_threshold is None else self.rollout_rs_threshold
+        lower = (
+            1.0 / upper
+            if self.rollout_rs_threshold_lower is None or upper <= 0
+            else self.rollout_rs_threshold_lower
+        )
+        if not (self.rollout_is_threshold > 0 and upper > 0 and 0 < lower <= upper):
+            raise ConfigError(
+                f"algorithm.rollout_correction: thresholds must be > 0 with lower <= upper, got rollout_is_threshold="
+                f"{self.rollout_is_threshold}, rollout_rs bounds [{lower}, {upper}]"
+            )
+        if self.bypass_mode and (self.rollout_is or self.rollout_rs):
+            raise ConfigError(
+                "algorithm.rollout_correction.bypass_mode=true takes pi_old from the engine (pi_old = mu), so "
+                "rollout_is / rollout_rs (which weigh by pi_old / mu) would be 1 everywhere; PPO's clipped ratio "
+                "pi_theta / mu does the correcting. Set rollout_is=null and rollout_rs=null, or bypass_mode=false"
+            )
+
 
 @dataclass
 class PolicyLossConfig:
@@ -192,6 +258,12 @@ class PolicyLossConfig:
     Eq. 10), `cispo` (MiniMax-M1, arXiv 2506.13585 Eq. 4-5: a REINFORCE term weighted by the clipped, stop-gradient
     ratio), `gspo` (Qwen, arXiv 2507.18071 Eq. 5-7: the ratio and its clip per sequence; use its much smaller clip
     ranges, e.g. 3e-4 / 4e-4). Register your own with `dapo_rl.algo.register_policy_loss`."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        from dapo_rl.algo import POLICY_LOSSES
+
+        _choice(self.loss_mode, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss.loss_mode")
 
 
 @dataclass
@@ -225,6 +297,31 @@ class CampoConfig:
     saturation_length_ratio: float = 0.6
     """... and its mean response length at least this share of the stage's `max_response_length`."""
 
+    def check(self) -> None:
+        """The stages' ends and clip ranges; their lengths against `data.max_response_length` and the overlong buffer
+        are checked by `validate_config`.
+
+        Raises:
+            ConfigError: naming the setting.
+        """
+        if not self.enable:
+            return
+        if not self.stages:
+            raise ConfigError("algorithm.campo.enable=true needs algorithm.campo.stages (a list of stages)")
+        last = len(self.stages) - 1
+        for i, st in enumerate(self.stages):
+            key = f"algorithm.campo.stages[{i}]"
+            if st.steps < 0:
+                raise ConfigError(f"{key}.steps={st.steps} must be >= 0 (0: no step limit)")
+            if i < last and st.steps == 0 and not st.end_on_saturation:
+                raise ConfigError(f"{key} never ends: give it steps > 0 or end_on_saturation=true")
+            for name in ("clip_ratio_low", "clip_ratio_high"):
+                v = getattr(st, name)
+                if v is not None:
+                    check_number(f"{key}.{name}", v, ge=0, finite=False)
+        if self.saturation_window < 1:
+            raise ConfigError(f"algorithm.campo.saturation_window={self.saturation_window} must be >= 1")
+
 
 @dataclass
 class AlgorithmConfig:
@@ -255,6 +352,33 @@ class AlgorithmConfig:
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     campo: CampoConfig = field(default_factory=CampoConfig)
+
+    def check(self) -> None:
+        """Also checks the subsections.
+
+        Raises:
+            ConfigError: naming the setting.
+        """
+        _choice(
+            self.loss_agg_mode,
+            ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+            "algorithm.loss_agg_mode",
+        )
+        from dapo_rl.algo import ADV_ESTIMATORS
+
+        _choice(self.adv_estimator, tuple(sorted(ADV_ESTIMATORS)), "algorithm.adv_estimator")
+        self.overlong_buffer.check()
+        self.policy_loss.check()
+        self.filter_groups.check()
+        if not 0 <= self.clip_ratio_low < 1:
+            raise ConfigError(f"algorithm.clip_ratio_low={self.clip_ratio_low} must be in [0, 1)")
+        # inf: no upper clip
+        check_number("algorithm.clip_ratio_high", self.clip_ratio_high, ge=0, finite=False)
+        self.rollout_correction.check()
+        check_number("algorithm.clip_ratio_c", self.clip_ratio_c, gt=1, finite=False)  # inf: no dual clip
+        if self.loss_scale_factor is not None:
+            check_number("algorithm.loss_scale_factor", self.loss_scale_factor, gt=0)
+        self.campo.check()
 
 
 @dataclass
@@ -462,6 +586,44 @@ class RolloutConfig:
     decoding, slower start)."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
+    def check(self) -> None:
+        """Also checks `val_kwargs`.
+
+        Raises:
+            ConfigError: naming the setting.
+        """
+        check_number("rollout.kv_cache_gib", self.kv_cache_gib, gt=0)
+        if self.sleep_level not in (0, 1, 2):
+            raise ConfigError(f"rollout.sleep_level={self.sleep_level} is not one of 0, 1, 2")
+        _choice(self.name, ("hf", "vllm"), "rollout.name")
+        for key, val in (
+            ("rollout.n", self.n),
+            ("rollout.micro_batch_size", self.micro_batch_size),
+            ("rollout.val_kwargs.n", self.val_kwargs.n),
+            ("rollout.tensor_model_parallel_size", self.tensor_model_parallel_size),
+        ):
+            if val < 1:
+                raise ConfigError(f"{key}={val} must be >= 1")
+        for key, p in (("rollout.top_p", self.top_p), ("rollout.val_kwargs.top_p", self.val_kwargs.top_p)):
+            if not 0 < p <= 1:
+                raise ConfigError(f"{key}={p} must be in (0, 1]")
+        for key, t in (
+            ("rollout.temperature", self.temperature),
+            ("rollout.val_kwargs.temperature", self.val_kwargs.temperature),
+        ):
+            check_number(key, t, ge=0)  # 0: greedy
+        if self.temperature == 0:
+            raise ConfigError(
+                "rollout.temperature=0 (greedy) gives identical responses in a group: no learning signal"
+            )
+        if not 0.0 <= self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(
+                f"rollout.gpu_memory_utilization={self.gpu_memory_utilization} must be in [0, 1] (0: by where the "
+                "engine runs)"
+            )
+        if self.n_gpus_per_node < 1:
+            raise ConfigError(f"rollout.n_gpus_per_node={self.n_gpus_per_node} must be >= 1")
+
 
 @dataclass
 class LoraConfig:
@@ -486,6 +648,18 @@ class LoraConfig:
     support, `enable_lora`); the base weights never travel. True: every weight, each adapted layer merged, W + delta,
     in the engine's dtype; in bfloat16 this rounds away every |delta| below half a bf16 step of W (review async-lora
     M2), so the engine samples a policy lagging the trainer's."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        if self.rank < 0:
+            raise ConfigError(f"actor.lora.rank={self.rank} must be >= 0 (0: full fine-tuning)")
+        if self.rank > 0:
+            _choice(self.init, ("default", "gaussian"), "actor.lora.init")
+            if not 0.0 <= self.dropout < 1.0:
+                raise ConfigError(f"actor.lora.dropout={self.dropout} must be in [0, 1)")
+            check_number("actor.lora.alpha", self.alpha, gt=0)
+            if not self.target_modules:
+                raise ConfigError("actor.lora.target_modules is empty: name modules, or all-linear")
 
 
 @dataclass
@@ -546,6 +720,33 @@ class ActorConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA adapters instead of full fine-tuning (`actor.lora.rank` > 0): only the adapters and their AdamW state
     train and are checkpointed; the rollout engine receives the merged weights (W + alpha/r B A)."""
+
+    def check(self) -> None:
+        """Also checks `lora`.
+
+        Raises:
+            ConfigError: naming the setting.
+        """
+        if self.shared_prefix and (self.use_remove_padding or self.gradient_checkpointing):
+            raise ConfigError(
+                "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
+                "actor.gradient_checkpointing"
+            )
+        self.lora.check()
+        check_number("actor.lr", self.lr, ge=0)
+        # nan here passes clip_grad_norm_ with a finite norm and NaN gradients: every weight NaN at step 1
+        check_number("actor.grad_clip", self.grad_clip, gt=0)
+        check_number("actor.weight_decay", self.weight_decay, ge=0)
+        _choice(self.autocast_dtype, ("none", "bfloat16", "auto"), "actor.autocast_dtype")
+        for key, val in (
+            ("actor.ppo_mini_batch_size", self.ppo_mini_batch_size),
+            ("actor.ppo_micro_batch_size", self.ppo_micro_batch_size),
+            ("actor.ppo_max_token_len_per_gpu", self.ppo_max_token_len_per_gpu),
+            ("actor.log_prob_max_token_len_per_gpu", self.log_prob_max_token_len_per_gpu),
+            ("actor.ppo_epochs", self.ppo_epochs),
+        ):
+            if val < 1:
+                raise ConfigError(f"{key}={val} must be >= 1")
 
 
 TRACKERS = ("console", "jsonl", "tensorboard", "wandb", "trackio", "mlflow")
@@ -613,6 +814,37 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     """Workers per machine for `launcher=ray`, one GPU each (one CPU each with `device=cpu`); also what
     `dapo plan` assumes per node (verl's name)."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        for name in self.logger:
+            _choice(name, TRACKERS, "trainer.logger")
+        _choice(self.device, ("auto", "cpu", "cuda"), "trainer.device")
+        _choice(self.launcher, ("torchrun", "ray"), "trainer.launcher")
+        for key, val in (
+            ("trainer.total_training_steps", self.total_training_steps),
+            ("trainer.nproc_per_node", self.nproc_per_node),
+            ("trainer.nnodes", self.nnodes),
+            ("trainer.n_gpus_per_node", self.n_gpus_per_node),
+        ):
+            if val < 1:
+                raise ConfigError(f"{key}={val} must be >= 1")
+        for key, val in (
+            ("trainer.max_generated_samples", self.max_generated_samples),
+            ("trainer.test_freq_samples", self.test_freq_samples),
+        ):
+            if val < 0:
+                raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
+        for key, val, off in (
+            ("trainer.save_freq", self.save_freq, "only the last step"),
+            ("trainer.test_freq", self.test_freq, "off"),
+        ):
+            if val < -1:
+                raise ConfigError(f"{key}={val} must be >= 1, or -1 ({off})")
+        if self.max_consecutive_bad_steps < 0:
+            raise ConfigError(
+                f"trainer.max_consecutive_bad_steps={self.max_consecutive_bad_steps} must be >= 0 (0: never stop)"
+            )
 
 
 @dataclass
@@ -696,6 +928,30 @@ class SFTConfig:
     """Longest sequence (prompt + response, in tokens: one per byte) the fresh tiny model is configured for; its
     rotary positions cost no parameters, so a long one is free."""
 
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        check_number("sft.lr", self.lr, ge=0)
+        from dapo_rl.data.solutions import COMPLETION_STYLES
+
+        _choice(self.completion, COMPLETION_STYLES, "sft.completion")
+        _choice(self.autocast_dtype, ("none", "bfloat16", "auto"), "sft.autocast_dtype")
+        if not 0.0 <= self.steps_fraction <= 1.0:
+            raise ConfigError(f"sft.steps_fraction={self.steps_fraction} must be in [0, 1]")
+        _choice(self.lr_scheduler, ("constant", "cosine"), "sft.lr_scheduler")
+        if self.train_files:
+            check_number("sft.epochs", self.epochs, ge=0)
+            if self.epochs == 0 and self.steps < 1:
+                raise ConfigError(
+                    f"sft.epochs={self.epochs} / sft.steps={self.steps}: give epochs > 0 or steps >= 1"
+                )
+            for key, val in (("sft.batch_size", self.batch_size), ("sft.max_length", self.max_length)):
+                if val < 1:
+                    raise ConfigError(f"{key}={val} must be >= 1")
+        elif self.model_path:
+            raise ConfigError("sft.model_path is fine-tuned on sft.train_files (chat data); give those too")
+        if self.save_freq < 0:
+            raise ConfigError(f"sft.save_freq={self.save_freq} must be >= 0 (0: no checkpoints)")
+
 
 @dataclass
 class AsyncTrainingConfig:
@@ -718,6 +974,17 @@ class AsyncTrainingConfig:
     """CPU only, K >= 1: torch threads of the engine processes together (each takes its share, at least 1); 0: half
     of this process's threads (at least 1). Rank 0's trainer takes the rest unless `trainer.num_threads` says
     otherwise."""
+
+    def check(self) -> None:
+        """Raises: ConfigError: naming the setting."""
+        if self.max_staleness < 0:
+            raise ConfigError(
+                f"async_training.max_staleness={self.max_staleness} must be >= 0 (0: synchronous)"
+            )
+        if self.rollout_num_threads < 0:
+            raise ConfigError(
+                f"async_training.rollout_num_threads={self.rollout_num_threads} must be >= 0 (0: half)"
+            )
 
 
 @dataclass
@@ -957,14 +1224,12 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
-def _validate_campo(a: AlgorithmConfig, max_response_length: int) -> None:
-    """`algorithm.campo`: stages within the engine's budget, each but the last with an end."""
+def _check_campo_lengths(a: AlgorithmConfig, max_response_length: int) -> None:
+    """`algorithm.campo`'s stage lengths: within the engine's budget (`data.max_response_length`) and not shorter than
+    the overlong buffer (the rest of the section: `CampoConfig.check`)."""
     c = a.campo
     if not c.enable:
         return
-    if not c.stages:
-        raise ConfigError("algorithm.campo.enable=true needs algorithm.campo.stages (a list of stages)")
-    last = len(c.stages) - 1
     for i, st in enumerate(c.stages):
         key = f"algorithm.campo.stages[{i}]"
         if not 0 < st.max_response_length <= max_response_length:
@@ -977,16 +1242,6 @@ def _validate_campo(a: AlgorithmConfig, max_response_length: int) -> None:
                 f"algorithm.overlong_buffer.len={a.overlong_buffer.len} is longer than {key}.max_response_length="
                 f"{st.max_response_length}"
             )
-        if st.steps < 0:
-            raise ConfigError(f"{key}.steps={st.steps} must be >= 0 (0: no step limit)")
-        if i < last and st.steps == 0 and not st.end_on_saturation:
-            raise ConfigError(f"{key} never ends: give it steps > 0 or end_on_saturation=true")
-        for name in ("clip_ratio_low", "clip_ratio_high"):
-            v = getattr(st, name)
-            if v is not None:
-                check_number(f"{key}.{name}", v, ge=0, finite=False)
-    if c.saturation_window < 1:
-        raise ConfigError(f"algorithm.campo.saturation_window={c.saturation_window} must be >= 1")
 
 
 BF16_WEIGHTS_MIN_LR = 1e-4
@@ -999,41 +1254,25 @@ def validate_config(cfg: Config) -> None:
     Raises:
         ConfigError: naming the offending setting.
     """
-    a, d, r, act = cfg.algorithm, cfg.data, cfg.rollout, cfg.actor
-    for name in cfg.trainer.logger:
-        _choice(name, TRACKERS, "trainer.logger")
-    _choice(
-        a.loss_agg_mode,
-        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-        "algorithm.loss_agg_mode",
-    )
-    from dapo_rl.algo import ADV_ESTIMATORS, POLICY_LOSSES
-
-    _choice(a.adv_estimator, tuple(sorted(ADV_ESTIMATORS)), "algorithm.adv_estimator")
-    if act.shared_prefix and (act.use_remove_padding or act.gradient_checkpointing):
-        raise ConfigError(
-            "actor.shared_prefix=true needs the padded forward (actor.use_remove_padding=false) and no "
-            "actor.gradient_checkpointing"
-        )
-    lo = act.lora
-    if lo.rank < 0:
-        raise ConfigError(f"actor.lora.rank={lo.rank} must be >= 0 (0: full fine-tuning)")
-    if lo.rank > 0:
-        _choice(lo.init, ("default", "gaussian"), "actor.lora.init")
-        if not 0.0 <= lo.dropout < 1.0:
-            raise ConfigError(f"actor.lora.dropout={lo.dropout} must be in [0, 1)")
-        check_number("actor.lora.alpha", lo.alpha, gt=0)
-        if not lo.target_modules:
-            raise ConfigError("actor.lora.target_modules is empty: name modules, or all-linear")
-    check_number("actor.lr", act.lr, ge=0)
-    # nan here passes clip_grad_norm_ with a finite norm and NaN gradients: every weight NaN at step 1
-    check_number("actor.grad_clip", act.grad_clip, gt=0)
-    check_number("actor.weight_decay", act.weight_decay, ge=0)
-    check_number("algorithm.overlong_buffer.penalty_factor", a.overlong_buffer.penalty_factor, ge=0)
-    check_number("rollout.kv_cache_gib", cfg.rollout.kv_cache_gib, gt=0)
-    check_number("sft.lr", cfg.sft.lr, ge=0)
+    # each section's own checks first (its `check()`), then the checks that read two sections. The sections go in
+    # the order that, of two errors in different sections, mostly reports the one this function reported first when
+    # it held every check itself.
+    for section in (
+        cfg.actor,
+        cfg.model,
+        cfg.sft,
+        cfg.algorithm,
+        cfg.reward,
+        cfg.episode,
+        cfg.data,
+        cfg.trainer,
+        cfg.rollout,
+        cfg.async_training,
+    ):
+        section.check()
+    a, d, r, act, at = cfg.algorithm, cfg.data, cfg.rollout, cfg.actor, cfg.async_training
     # frozen bf16 base weights under LoRA are fine: the adapters train in fp32
-    if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR and lo.rank == 0:
+    if cfg.model.dtype == "bfloat16" and act.lr < BF16_WEIGHTS_MIN_LR and act.lora.rank == 0:
         # AdamW's step is about lr in size; on a weight of magnitude ~0.02 a step of 1e-6 is 5e-5 of it, far below
         # bf16's half-spacing (2^-9 = 2e-3 relative): every update rounds back to the old weight
         raise ConfigError(
@@ -1041,118 +1280,11 @@ def validate_config(cfg: Config) -> None:
             f"away below about lr {BF16_WEIGHTS_MIN_LR:g}), so the policy would never change. Keep model.dtype="
             "float32 and set actor.autocast_dtype=bfloat16 (bf16 compute, fp32 weights and optimizer state)"
         )
-    if not cfg.model.attn_implementation.strip():
-        raise ConfigError("model.attn_implementation is empty: auto, eager, sdpa, flash_attention_2, ...")
-    _choice(a.policy_loss.loss_mode, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss.loss_mode")
-    _choice(cfg.trainer.device, ("auto", "cpu", "cuda"), "trainer.device")
-    from dapo_rl.data.solutions import COMPLETION_STYLES
-
-    _choice(cfg.sft.completion, COMPLETION_STYLES, "sft.completion")
-    _choice(cfg.sft.autocast_dtype, ("none", "bfloat16", "auto"), "sft.autocast_dtype")
-    if not 0.0 <= cfg.sft.steps_fraction <= 1.0:
-        raise ConfigError(f"sft.steps_fraction={cfg.sft.steps_fraction} must be in [0, 1]")
-    _choice(cfg.sft.lr_scheduler, ("constant", "cosine"), "sft.lr_scheduler")
-    if cfg.sft.train_files:
-        check_number("sft.epochs", cfg.sft.epochs, ge=0)
-        if cfg.sft.epochs == 0 and cfg.sft.steps < 1:
-            raise ConfigError(
-                f"sft.epochs={cfg.sft.epochs} / sft.steps={cfg.sft.steps}: give epochs > 0 or steps >= 1"
-            )
-        for key, val in (("sft.batch_size", cfg.sft.batch_size), ("sft.max_length", cfg.sft.max_length)):
-            if val < 1:
-                raise ConfigError(f"{key}={val} must be >= 1")
-    elif cfg.sft.model_path:
-        raise ConfigError("sft.model_path is fine-tuned on sft.train_files (chat data); give those too")
-    _choice(cfg.trainer.launcher, ("torchrun", "ray"), "trainer.launcher")
-    if r.sleep_level not in (0, 1, 2):
-        raise ConfigError(f"rollout.sleep_level={r.sleep_level} is not one of 0, 1, 2")
-    _choice(a.filter_groups.metric, ("acc", "score"), "algorithm.filter_groups.metric")
-    _choice(a.filter_groups.on_exhausted, ("error", "partial"), "algorithm.filter_groups.on_exhausted")
-    from dapo_rl.data.templates import TEMPLATES
-
-    _choice(d.prompt_template, TEMPLATES, "data.prompt_template")
-    _choice(r.name, ("hf", "vllm"), "rollout.name")
-    _choice(cfg.model.dtype, ("float32", "bfloat16"), "model.dtype")
-    _choice(act.autocast_dtype, ("none", "bfloat16", "auto"), "actor.autocast_dtype")
-    if not 0 <= a.clip_ratio_low < 1:
-        raise ConfigError(f"algorithm.clip_ratio_low={a.clip_ratio_low} must be in [0, 1)")
-    check_number("algorithm.clip_ratio_high", a.clip_ratio_high, ge=0, finite=False)  # inf: no upper clip
-    cfg.reward.check()
-    cfg.episode.check()
-    rc = a.rollout_correction
-    if rc.rollout_is is not None:
-        _choice(rc.rollout_is, ("token", "sequence"), "algorithm.rollout_correction.rollout_is")
-    if rc.rollout_rs is not None:
-        _choice(rc.rollout_rs, ("token", "sequence", "geometric"), "algorithm.rollout_correction.rollout_rs")
-    upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
-    lower = (
-        1.0 / upper if rc.rollout_rs_threshold_lower is None or upper <= 0 else rc.rollout_rs_threshold_lower
-    )
-    if not (rc.rollout_is_threshold > 0 and upper > 0 and 0 < lower <= upper):
-        raise ConfigError(
-            f"algorithm.rollout_correction: thresholds must be > 0 with lower <= upper, got rollout_is_threshold="
-            f"{rc.rollout_is_threshold}, rollout_rs bounds [{lower}, {upper}]"
-        )
-    if rc.bypass_mode and (rc.rollout_is or rc.rollout_rs):
-        raise ConfigError(
-            "algorithm.rollout_correction.bypass_mode=true takes pi_old from the engine (pi_old = mu), so "
-            "rollout_is / rollout_rs (which weigh by pi_old / mu) would be 1 everywhere; PPO's clipped ratio "
-            "pi_theta / mu does the correcting. Set rollout_is=null and rollout_rs=null, or bypass_mode=false"
-        )
-    check_number("algorithm.clip_ratio_c", a.clip_ratio_c, gt=1, finite=False)  # inf: no dual clip
-    if a.loss_scale_factor is not None:
-        check_number("algorithm.loss_scale_factor", a.loss_scale_factor, gt=0)
-    for key, val in (
-        ("data.train_batch_size", d.train_batch_size),
-        ("data.gen_batch_size", d.gen_batch_size),
-        ("data.max_prompt_length", d.max_prompt_length),
-        ("data.max_response_length", d.max_response_length),
-        ("rollout.n", r.n),
-        ("rollout.micro_batch_size", r.micro_batch_size),
-        ("rollout.val_kwargs.n", r.val_kwargs.n),
-        ("actor.ppo_mini_batch_size", act.ppo_mini_batch_size),
-        ("actor.ppo_micro_batch_size", act.ppo_micro_batch_size),
-        ("actor.ppo_max_token_len_per_gpu", act.ppo_max_token_len_per_gpu),
-        ("actor.log_prob_max_token_len_per_gpu", act.log_prob_max_token_len_per_gpu),
-        ("actor.ppo_epochs", act.ppo_epochs),
-        ("trainer.total_training_steps", cfg.trainer.total_training_steps),
-        ("trainer.nproc_per_node", cfg.trainer.nproc_per_node),
-        ("trainer.nnodes", cfg.trainer.nnodes),
-        ("trainer.n_gpus_per_node", cfg.trainer.n_gpus_per_node),
-        ("rollout.tensor_model_parallel_size", r.tensor_model_parallel_size),
-    ):
-        if val < 1:
-            raise ConfigError(f"{key}={val} must be >= 1")
-    for key, val in (
-        ("trainer.max_generated_samples", cfg.trainer.max_generated_samples),
-        ("trainer.test_freq_samples", cfg.trainer.test_freq_samples),
-        ("algorithm.filter_groups.skip_solved", a.filter_groups.skip_solved),
-        ("algorithm.filter_groups.skip_unsolved", a.filter_groups.skip_unsolved),
-    ):
-        if val < 0:
-            raise ConfigError(f"{key}={val} must be >= 0 (0: off)")
     if a.adv_estimator == "grpo" and r.n < 2:
         raise ConfigError(
             f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
             "responses to one prompt with each other, so a group of one has advantage 0 and the run would learn "
             "nothing; use rollout.n >= 2 (DAPO: 16)"
-        )
-    if d.gen_batch_size < d.train_batch_size:
-        raise ConfigError(
-            f"data.gen_batch_size={d.gen_batch_size} must be >= data.train_batch_size={d.train_batch_size}: one "
-            "generation round must be able to fill a training batch (DAPO samples 3x train_batch_size)"
-        )
-    for key, val, off in (
-        ("trainer.save_freq", cfg.trainer.save_freq, "only the last step"),
-        ("trainer.test_freq", cfg.trainer.test_freq, "off"),
-    ):
-        if val < -1:
-            raise ConfigError(f"{key}={val} must be >= 1, or -1 ({off})")
-    if cfg.sft.save_freq < 0:
-        raise ConfigError(f"sft.save_freq={cfg.sft.save_freq} must be >= 0 (0: no checkpoints)")
-    if cfg.trainer.max_consecutive_bad_steps < 0:
-        raise ConfigError(
-            f"trainer.max_consecutive_bad_steps={cfg.trainer.max_consecutive_bad_steps} must be >= 0 (0: never stop)"
         )
     if d.train_batch_size % act.ppo_mini_batch_size:
         raise ConfigError(
@@ -1164,32 +1296,7 @@ def validate_config(cfg: Config) -> None:
             f"algorithm.overlong_buffer.len={a.overlong_buffer.len} must be in (0, data.max_response_length="
             f"{d.max_response_length}]"
         )
-    _validate_campo(a, d.max_response_length)
-    for key, p in (("rollout.top_p", r.top_p), ("rollout.val_kwargs.top_p", r.val_kwargs.top_p)):
-        if not 0 < p <= 1:
-            raise ConfigError(f"{key}={p} must be in (0, 1]")
-    for key, t in (
-        ("rollout.temperature", r.temperature),
-        ("rollout.val_kwargs.temperature", r.val_kwargs.temperature),
-    ):
-        check_number(key, t, ge=0)  # 0: greedy
-    if r.temperature == 0:
-        raise ConfigError(
-            "rollout.temperature=0 (greedy) gives identical responses in a group: no learning signal"
-        )
-    at = cfg.async_training
-    if at.max_staleness < 0:
-        raise ConfigError(f"async_training.max_staleness={at.max_staleness} must be >= 0 (0: synchronous)")
-    if at.rollout_num_threads < 0:
-        raise ConfigError(
-            f"async_training.rollout_num_threads={at.rollout_num_threads} must be >= 0 (0: half)"
-        )
-    if not 0.0 <= r.gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            f"rollout.gpu_memory_utilization={r.gpu_memory_utilization} must be in [0, 1] (0: by where the engine runs)"
-        )
-    if r.n_gpus_per_node < 1:
-        raise ConfigError(f"rollout.n_gpus_per_node={r.n_gpus_per_node} must be >= 1")
+    _check_campo_lengths(a, d.max_response_length)
     if r.n_gpus_per_node > 1 and at.max_staleness == 0:
         raise ConfigError(
             f"rollout.n_gpus_per_node={r.n_gpus_per_node} gives the rollout engines GPUs of their own, which only "
