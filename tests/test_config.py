@@ -85,6 +85,11 @@ def test_wrong_type_is_a_config_error():
             r"^reward.num_workers=100000 must be >= 0 \(0: score in this process\) and <= 512$",
         ),
         ("episode.name=tool_loop", r"^episode.name='tool_loop' is not one of single_turn$"),
+        # a zero threshold divided by zero here (ZeroDivisionError) before it was refused
+        (
+            "algorithm.rollout_correction.rollout_is_threshold=0",
+            r"^algorithm.rollout_correction: thresholds must be > 0",
+        ),
         ("rollout.temperature=nan", r"^rollout.temperature=nan must be a finite number >= 0$"),
         ("rollout.val_kwargs.temperature=nan", r"^rollout.val_kwargs.temperature=nan must be"),
         ("algorithm.clip_ratio_c=nan", r"^algorithm.clip_ratio_c=nan must be a number > 1$"),

@@ -231,11 +231,9 @@ class RolloutCorrectionConfig:
                 self.rollout_rs, ("token", "sequence", "geometric"), "algorithm.rollout_correction.rollout_rs"
             )
         upper = self.rollout_is_threshold if self.rollout_rs_threshold is None else self.rollout_rs_threshold
-        lower = (
-            1.0 / upper
-            if self.rollout_rs_threshold_lower is None or upper <= 0
-            else self.rollout_rs_threshold_lower
-        )
+        lower = self.rollout_rs_threshold_lower
+        if lower is None:  # the reciprocal of the upper bound (refused below when upper <= 0)
+            lower = 1.0 / upper if upper > 0 else 0.0
         if not (self.rollout_is_threshold > 0 and upper > 0 and 0 < lower <= upper):
             raise ConfigError(
                 f"algorithm.rollout_correction: thresholds must be > 0 with lower <= upper, got rollout_is_threshold="
