@@ -284,7 +284,7 @@ def evaluate_dataset(
     todo = [i for i in range(len(ds)) if i not in done and i in wanted]
     for c, start in enumerate(range(0, len(ds), chunk_problems)):
         idx = [i for i in todo if start <= i < start + chunk_problems]
-        if not idx and not getattr(engine, "collective", False):
+        if not idx and not engine.collective:
             continue  # an engine shared by a tensor-parallel group samples only when all its ranks call it
         p = replace(
             params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
 
 
 class _SampledLogprobs:
@@ -64,7 +64,7 @@ def _check_abort(event) -> None:
         raise GenerationAborted("generation aborted")
 
 
-class HFRolloutEngine:
+class HFRolloutEngine(RolloutEngine):
     """Sampling with `model.generate` on the engine's own copy of the policy, on that model's device.
 
     It samples exactly the distribution it reports: softmax(logits / temperature), cut only by the request's

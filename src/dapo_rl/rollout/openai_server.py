@@ -13,11 +13,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from dapo_rl.config import ConfigError
-from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.seeds import request_seed
 
 
-class OpenAIChatEngine:
+class OpenAIChatEngine(RolloutEngine):
     """Chat completions from an OpenAI-compatible server, `concurrency` requests at a time.
 
     Args:
@@ -28,9 +28,13 @@ class OpenAIChatEngine:
         max_retries: the client's retries per request (exponential backoff).
         timeout_s: seconds per request.
 
+    It takes chat messages (`takes_chat`, `generate_chat`), not token ids.
+
     Raises:
         ConfigError: the `openai` package is missing.
     """
+
+    takes_chat = True
 
     def __init__(
         self,
@@ -76,6 +80,15 @@ class OpenAIChatEngine:
             raise ConfigError(
                 f"--model {self.model}: the server at {self.base_url} serves {', '.join(served)}"
             )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """Refused: the server applies its own chat template and tokenizer, so it is given chat messages
+        (`generate_chat`), never token ids.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("OpenAIChatEngine takes chat messages: call generate_chat")
 
     def generate_chat(
         self, conversations: list[list[dict]], params: SamplingParams

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from dapo_rl import children
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
@@ -240,9 +240,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
                     engine.update_weights(_received(conn, channel, device))
                     conn.send(("ok", None))
                 elif kind == "check_names":
-                    check = getattr(engine, "check_weight_names", None)
-                    if check is not None:
-                        check(msg[1])
+                    engine.check_weight_names(msg[1])
                     conn.send(("ok", None))
                 else:
                     conn.send(("error", f"unknown request {kind!r}"))
@@ -254,9 +252,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
                 if kind == "update":  # the stream of tensors is out of step: nothing more can be served
                     return
     finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+        engine.close()
 
 
 def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
@@ -272,7 +268,7 @@ def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tu
         yield name, t.to(device)
 
 
-class RemoteEngine:
+class RemoteEngine(RolloutEngine):
     """The rollout-engine protocol (`generate`, `update_weights`, `sleep`, `check_weight_names`, `close`) served by
     an engine in a child process (see the module's docstring). Calls are serialised by a lock, so the rollout
     producer's thread and the trainer's validation can share it; each blocks until the child answers.
@@ -518,7 +514,7 @@ class HostStaging:
         return buf
 
 
-class RemoteEngines:
+class RemoteEngines(RolloutEngine):
     """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started one after another from
     this thread and built side by side; the rollout producer splits each round between them (`engines`). The engine
     protocol on the group: `update_weights` pushes to every engine at once (a thread each); `generate` samples on the
@@ -535,14 +531,14 @@ class RemoteEngines:
     def __init__(self, specs: list[EngineSpec]):
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        self.engines: list[RemoteEngine] = []
+        self._engines: list[RemoteEngine] = []
         try:
             # started from this thread (see `RemoteEngine`'s `connect`); each waits for its engine to build
             # (minutes for a big model on a GPU): they build side by side, and the first failure stops them all
             for s in specs:
-                self.engines.append(RemoteEngine(s, connect=False))
+                self._engines.append(RemoteEngine(s, connect=False))
             pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="dapo-engine-start")
-            futures = [pool.submit(e.connect) for e in self.engines]
+            futures = [pool.submit(e.connect) for e in self._engines]
             wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
             if failed:
@@ -551,11 +547,16 @@ class RemoteEngines:
             for f in futures:
                 f.result()
         except BaseException:
-            for e in self.engines:
+            for e in self._engines:
                 if e.proc is not None:
                     e.proc.kill()
             self.close()
             raise
+
+    @property
+    def engines(self) -> list[RemoteEngine]:
+        """The engine processes, in order (the weight-sync probe asks each; the producer splits a round over them)."""
+        return self._engines
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
         """`RolloutEngine.generate` on the first engine process."""

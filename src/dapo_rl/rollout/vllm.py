@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import torch
 
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.seeds import request_seed
 
 
@@ -46,7 +46,7 @@ def _model_runner(llm):
     return getattr(worker, "worker", worker).model_runner
 
 
-class VLLMRolloutEngine:
+class VLLMRolloutEngine(RolloutEngine):
     """Sampling with an in-process `vllm.LLM` on the policy checkpoint.
 
     Args:
