@@ -251,7 +251,8 @@ def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model
 
 def test_a_round_crosses_the_pipe_as_arrays_and_comes_back_as_the_same_lists():
     """`pack_round` (the engine process) and `unpack_round` (the trainer): flat arrays on the wire (review async-lora
-    m6), the same Python ints and floats back, empty prompts' groups and a served model's text-only answer kept."""
+    m6), the same Python ints and floats back, empty prompts' groups, a served model's text-only answer and a stop
+    string's `stop_reason` kept."""
     import numpy as np
 
     from dapo_rl.rollout.base import GenerationOutput as Out
@@ -260,12 +261,15 @@ def test_a_round_crosses_the_pipe_as_arrays_and_comes_back_as_the_same_lists():
     outputs = [
         [Out([1, 2, 151643], [-0.1, -0.2, -0.30000000000000004], "stop"), Out([], [], "length", "42", 7)],
         [],
-        [Out([2**31 - 1], [-1e-300], "length")],
+        [
+            Out([2**31 - 1], [-1e-300], "length"),
+            Out([60, 47, 62], [-1.0, -2.0, -3.0], "stop", stop_reason="</"),
+        ],
     ]
     counts, lengths, meta, ids, lps = pack_round(outputs)
-    assert counts == [2, 0, 1] and lengths.tolist() == [[3, 3], [0, 0], [1, 1]]
-    assert ids.dtype == np.int32 and ids.tolist() == [1, 2, 151643, 2**31 - 1]
-    assert lps.dtype == np.float64 and meta[1] == ("length", "42", 7)
+    assert counts == [2, 0, 2] and lengths.tolist() == [[3, 3], [0, 0], [1, 1], [3, 3]]
+    assert ids.dtype == np.int32 and ids.tolist() == [1, 2, 151643, 2**31 - 1, 60, 47, 62]
+    assert lps.dtype == np.float64 and meta[1] == ("length", "42", 7, None) and meta[3][3] == "</"
     back = unpack_round((counts, lengths, meta, ids, lps))
     assert back == outputs
     assert type(back[0][0].token_ids[0]) is int and type(back[0][0].logprobs[2]) is float

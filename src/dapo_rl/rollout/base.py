@@ -22,6 +22,10 @@ class SamplingParams:
         top_k: keep the k most likely tokens; -1 disables.
         max_tokens: the most response tokens (L_max), eos included.
         seed: sampling seed for this call (None: the engine's running generator).
+        stop: strings that end a response once its text contains one (vLLM's `stop`, matched in the decoded response,
+            special tokens skipped): the response ends with the token that completes the first one to appear, that
+            token included, so the stop string stays in the response (vLLM's `include_stop_str_in_output=True`: a
+            tool loop needs the closing tag). None or empty: responses end at eos or `max_tokens` only.
     """
 
     n: int = 1
@@ -30,6 +34,7 @@ class SamplingParams:
     top_k: int = -1
     max_tokens: int = 16
     seed: int | None = None
+    stop: list[str] | None = None
 
 
 class GenerationAborted(Exception):
@@ -46,10 +51,12 @@ class GenerationOutput:
         logprobs: per-token log-probability under the sampling distribution after temperature (len ==
             len(token_ids)), float; vLLM's after top-k/top-p too (its `processed_logprobs`), the transformers
             engine's before them (see `dapo_rl.algo.rollout_correction.truncated_sampling_bias`).
-        finish_reason: `stop` (eos emitted) or `length` (hit `max_tokens`: truncated).
+        finish_reason: `stop` (eos emitted, or a stop string reached) or `length` (hit `max_tokens`: truncated).
         text: the decoded response when the engine returns text, not token ids (a served model,
             `OpenAIChatEngine`); None: decode `token_ids`.
         num_tokens: the response's length in tokens when `token_ids` is empty (a served model's count).
+        stop_reason: the string of `SamplingParams.stop` that ended the response (finish_reason `stop`); None when
+            it ended at eos or at `max_tokens`.
     """
 
     token_ids: list[int]
@@ -57,6 +64,7 @@ class GenerationOutput:
     finish_reason: str
     text: str | None = None
     num_tokens: int | None = None
+    stop_reason: str | None = None
 
 
 class RolloutEngine(ABC):

@@ -101,6 +101,10 @@ class OpenAIChatEngine(RolloutEngine):
         response, `num_tokens` its length in the server's tokens (the returned log-probs; without them, the usage
         count of a one-sample request), `finish_reason` `length` when the server cut it at `max_tokens`.
 
+        `params.stop` goes in the request's `stop`, with vLLM's `include_stop_str_in_output` (a server without that
+        extension may leave the stop string out of the text, as OpenAI's API does); `stop_reason` is the choice's
+        `stop_reason` where the server returns one (vLLM's server does), else None.
+
         Raises:
             ConfigError: a request failed after the retries (server down, or an error answer); the message names
                 the request and what the server said.
@@ -112,7 +116,11 @@ class OpenAIChatEngine(RolloutEngine):
     def _one(self, messages: list[dict], params: SamplingParams, i: int) -> list[GenerationOutput]:
         import openai
 
-        extra = {"top_k": params.top_k} if params.top_k > 0 else None  # vLLM's extension of the API
+        extra = {"top_k": params.top_k} if params.top_k > 0 else {}  # vLLM's extension of the API
+        stop = {}
+        if params.stop:  # the stop string stays in the text (vLLM's extension; OpenAI's API leaves it out)
+            stop = {"stop": list(params.stop)}
+            extra["include_stop_str_in_output"] = True
         try:
             resp = self.client.chat.completions.create(
                 model=self.model,
@@ -123,7 +131,8 @@ class OpenAIChatEngine(RolloutEngine):
                 max_tokens=params.max_tokens,
                 seed=request_seed(params.seed, i, params.n),
                 logprobs=True,
-                extra_body=extra,
+                extra_body=extra or None,
+                **stop,
             )
         except openai.APIError as e:
             raise ConfigError(
@@ -134,6 +143,8 @@ class OpenAIChatEngine(RolloutEngine):
         for ch in sorted(resp.choices, key=lambda c: c.index):
             lps = [t.logprob for t in ch.logprobs.content] if ch.logprobs and ch.logprobs.content else []
             count = len(lps) if lps else (resp.usage.completion_tokens if resp.usage and params.n == 1 else 0)
+            # vLLM's field: the stop string, a stop token id or None (other servers have none)
+            reason = (ch.model_extra or {}).get("stop_reason")
             outs.append(
                 GenerationOutput(
                     token_ids=[],
@@ -141,6 +152,7 @@ class OpenAIChatEngine(RolloutEngine):
                     finish_reason="length" if ch.finish_reason == "length" else "stop",
                     text=ch.message.content or "",
                     num_tokens=count,
+                    stop_reason=reason if isinstance(reason, str) and reason in (params.stop or ()) else None,
                 )
             )
         return outs

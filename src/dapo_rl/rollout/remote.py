@@ -16,10 +16,10 @@ this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s 
 `RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
 weight group; a push goes to all of them at once, one thread per engine.
 
-A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths and finish reason
-(`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in one C call,
-freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (review async-lora m6). `unpack_round`
-rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
+A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths, finish reason and
+stop reason (`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in
+one C call, freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (review async-lora m6).
+`unpack_round` rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM
@@ -134,15 +134,15 @@ def pack_round(outputs: list[list[GenerationOutput]]) -> tuple:
 
     Returns:
         counts: responses per prompt (list of int); lengths: `(N, 2)` int64 array, each response's token count and
-        log-prob count; meta: `(finish_reason, text, num_tokens)` per response; token_ids: every response's ids
-        end to end, int32 (vocabularies stay below 2**31); logprobs: every log-prob end to end, float64 (the
-        engines' Python floats exactly).
+        log-prob count; meta: `(finish_reason, text, num_tokens, stop_reason)` per response; token_ids: every
+        response's ids end to end, int32 (vocabularies stay below 2**31); logprobs: every log-prob end to end,
+        float64 (the engines' Python floats exactly).
     """
     flat = [o for group in outputs for o in group]
     lengths = np.array([(len(o.token_ids), len(o.logprobs)) for o in flat], dtype=np.int64).reshape(-1, 2)
     ids = np.fromiter((t for o in flat for t in o.token_ids), dtype=np.int32, count=int(lengths[:, 0].sum()))
     lps = np.fromiter((x for o in flat for x in o.logprobs), dtype=np.float64, count=int(lengths[:, 1].sum()))
-    meta = [(o.finish_reason, o.text, o.num_tokens) for o in flat]
+    meta = [(o.finish_reason, o.text, o.num_tokens, o.stop_reason) for o in flat]
     return [len(group) for group in outputs], lengths, meta, ids, lps
 
 
@@ -152,8 +152,12 @@ def unpack_round(packed: tuple) -> list[list[GenerationOutput]]:
     ends = np.cumsum(lengths, axis=0).tolist()
     flat = []
     a = b = 0
-    for (a_end, b_end), (finish, text, num_tokens) in zip(ends, meta):
-        flat.append(GenerationOutput(ids[a:a_end].tolist(), lps[b:b_end].tolist(), finish, text, num_tokens))
+    for (a_end, b_end), (finish, text, num_tokens, stop_reason) in zip(ends, meta):
+        flat.append(
+            GenerationOutput(
+                ids[a:a_end].tolist(), lps[b:b_end].tolist(), finish, text, num_tokens, stop_reason
+            )
+        )
         a, b = a_end, b_end
     out, k = [], 0
     for n in counts:
