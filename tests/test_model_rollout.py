@@ -321,3 +321,24 @@ def test_stop_strings_end_each_response_at_its_first_one_and_keep_it(tmp_path):
     assert 0 < cut < len(got)
     with pytest.raises(ValueError, match="empty string"):
         engine.generate(prompts, SamplingParams(stop=[""]))
+
+
+def test_each_micro_batch_is_seeded_where_it_starts(tmp_path):
+    """The transformers engine seeds the micro-batch starting at prompt a with `request_seed(seed, a, n)`: with one
+    prompt a micro-batch, the prompts from a on, sampled alone with that seed, draw exactly what they draw in the
+    whole call (as vLLM seeds each request), the first micro-batch keeps the call's seed, and other micro-batches
+    draw other samples."""
+    from dapo_rl.rollout.seeds import request_seed
+
+    tok = build_tiny_tokenizer()
+    engine = HFRolloutEngine(build_tiny_model(seed=3), tok, micro_batch_size=2)
+    prompts = [tok(f"{a} + {a} =\n")["input_ids"] for a in range(4)]
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=7)
+    whole = engine.generate(prompts, params)
+    for a in (0, 1, 3):
+        tail = engine.generate(
+            prompts[a:], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=request_seed(7, a, 2))
+        )
+        assert tail == whole[a:]
+    alone = [engine.generate([p], params)[0] for p in prompts]
+    assert alone[0] == whole[0] and all(alone[a] != whole[a] for a in (1, 2, 3))

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 
 class _SampledLogprobs:
@@ -240,11 +241,15 @@ class HFRolloutEngine(RolloutEngine):
     ) -> Iterator[list[list[GenerationOutput]]]:
         """`generate`, one micro-batch (`micro_batch_size // n` prompts) at a time: each chunk's groups are
         yielded as soon as they are sampled, so the caller can score them while the next chunk is generated. The
-        concatenated chunks are exactly `generate`'s result (one seed, set before the first chunk)."""
+        concatenated chunks are exactly `generate`'s result.
+
+        With a seed, the chunk whose first prompt is prompt `a` of the call is sampled from torch's generator seeded
+        with `request_seed(params.seed, a, n)` (`dapo_rl.rollout.seeds`; `params.seed` itself for the first chunk):
+        what a chunk draws depends on where it starts, not on the chunks sampled before it, so the prompts split
+        over several engines at chunk boundaries draw exactly what one engine draws (`RemoteEngines.generate`;
+        every boundary when `micro_batch_size <= n`, one prompt a chunk, as vLLM seeds each request)."""
         from transformers import GenerationConfig
 
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         greedy = params.temperature == 0
         gen_cfg = GenerationConfig(
             do_sample=not greedy,
@@ -266,6 +271,8 @@ class HFRolloutEngine(RolloutEngine):
         per_chunk = max(1, self.micro_batch_size // n)
         device = next(self.model.parameters()).device
         for start in range(0, len(prompts), per_chunk):
+            if params.seed is not None:
+                torch.manual_seed(request_seed(params.seed, start, n))
             results: list[list[GenerationOutput]] = []
             chunk = prompts[start : start + per_chunk]
             width = max(len(p) for p in chunk)
