@@ -674,7 +674,7 @@ class Trainer:
         from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
 
         n = self.cfg.rollout.val_kwargs.n
-        if self.async_k > 0:  # rank 0's first engine process does all of it (the other ranks have none)
+        if self.async_k > 0:  # rank 0's engine processes do all of it (the other ranks have none)
             mine = range(len(ds)) if self.engine is not None else range(0)
         else:
             mine = range(self.ctx.rank, len(ds), self.ctx.world_size)

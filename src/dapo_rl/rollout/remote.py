@@ -14,7 +14,8 @@ at once (NCCL user guide, "Thread safety"); the trainer's copy of the weights is
 this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s per engine, overlapped with training).
 
 `RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
-weight group; a push goes to all of them at once, one thread per engine.
+weight group; a call to `generate` is split between them and a push goes to all of them at once, one thread per
+engine.
 
 A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths, finish reason and
 stop reason (`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in
@@ -35,7 +36,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import numpy as np
@@ -43,6 +44,7 @@ import torch
 
 from dapo_rl import children
 from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
@@ -520,10 +522,10 @@ class HostStaging:
 
 class RemoteEngines(RolloutEngine):
     """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started one after another from
-    this thread and built side by side; the rollout producer splits each round between them (`engines`). The engine
-    protocol on the group: `update_weights` pushes to every engine at once (a thread each); `generate` samples on the
-    first (validation and the weight-sync probe, with the producer paused); `check_weight_names` asks every engine;
-    `close` stops them all.
+    this thread and built side by side. The engine protocol on the group: `generate` splits the prompts into
+    consecutive shares sampled side by side, one per engine; `update_weights` pushes to every engine at once (a
+    thread each); `check_weight_names` asks every engine; `abort` and `clear_abort` reach every engine; `close`
+    stops them all; `engines` lists the processes (the weight-sync probe asks each).
 
     Args:
         specs: one `EngineSpec` per engine process.
@@ -563,8 +565,34 @@ class RemoteEngines(RolloutEngine):
         return self._engines
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
-        """`RolloutEngine.generate` on the first engine process."""
-        return self.engines[0].generate(prompts, params)
+        """`RolloutEngine.generate` over the engine processes: the prompts are split into consecutive shares, one per
+        engine (sizes differing by one at most), sampled side by side (a thread each) and joined in order. The share
+        starting at prompt `a` is seeded `request_seed(params.seed, a, n)` (None stays None), the seed its first
+        prompt has in one engine's call, so the split draws what one engine draws: vLLM seeds every request so,
+        the transformers engine every micro-batch (exactly equal when shares start at micro-batch boundaries).
+        An engine whose share is empty is not asked. With one engine process: its `generate`, as it is.
+
+        Raises:
+            GenerationAborted, RuntimeError, ValueError: the first share's failure (in share order), once every
+                share has ended.
+        """
+        engines = self.engines
+        if len(engines) == 1:
+            return engines[0].generate(prompts, params)
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = [len(prompts) * j // len(engines) for j in range(len(engines) + 1)]
+        shares = [(e, a, b) for e, a, b in zip(engines, bounds, bounds[1:]) if b > a]
+        if not shares:
+            return []
+        with ThreadPoolExecutor(len(shares), thread_name_prefix="dapo-share") as pool:
+            futures = [
+                pool.submit(
+                    e.generate, prompts[a:b], replace(params, seed=request_seed(params.seed, a, params.n))
+                )
+                for e, a, b in shares
+            ]
+        return [group for f in futures for group in f.result()]
 
     def abort(self) -> None:
         """`RemoteEngine.abort` on every engine process."""
