@@ -1,5 +1,5 @@
 """docs/extending.md's examples, run as written: each Python block of the page is a complete program with its own
-asserts (a loss, an advantage estimator, a verifier through the real reward pool)."""
+asserts (a loss, an advantage estimator, a verifier through the real reward pool, a rollout engine)."""
 
 import re
 from pathlib import Path
@@ -10,11 +10,11 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```$", PAGE.read_text(), flags=re.S | re.M)
 
 
-def test_the_page_has_its_three_examples():
-    assert len(BLOCKS) == 3
+def test_the_page_has_its_four_examples():
+    assert len(BLOCKS) == 4
 
 
-@pytest.mark.parametrize("k", range(len(BLOCKS)), ids=["policy_loss", "adv_estimator", "verifier"])
+@pytest.mark.parametrize("k", range(len(BLOCKS)), ids=["policy_loss", "adv_estimator", "verifier", "engine"])
 def test_each_example_runs_as_written(k, monkeypatch):
     monkeypatch.setattr("sys.path", list(__import__("sys").path))  # the verifier example adds a folder
     exec(compile(BLOCKS[k], f"{PAGE}:block{k}", "exec"), {"__name__": f"extending_example_{k}"})

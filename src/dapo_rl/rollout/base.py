@@ -87,7 +87,12 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
-        """Sample `params.n` responses for each prompt; returns one list of n outputs per prompt, in order."""
+        """Sample `params.n` responses for each prompt; returns one list of n outputs per prompt, in order.
+
+        Prompt i of the call draws from `dapo_rl.rollout.seeds.request_seed(params.seed, i, params.n)` (vLLM and a
+        served model seed each request so; the transformers engine seeds each micro-batch with its first prompt's),
+        so prompts split over several engines draw what one engine draws (`RemoteEngines.generate`). `params.stop`
+        ends a response as `SamplingParams` says, with `stop_reason` set."""
 
     def generate_chunks(
         self, prompts: list[list[int]], params: SamplingParams
