@@ -89,9 +89,8 @@ class _StopOnStrings:
         special: the token ids that never take part in a stop string (1-D tensor).
     """
 
-    _NO_MATCH = (
-        2**31 - 1
-    )  # above every vocabulary: StopStringCriteria clamps it to its entry that matches nothing
+    # above every vocabulary: StopStringCriteria clamps it to its entry that matches nothing
+    _NO_MATCH = 2**31 - 1
 
     def __init__(self, matcher, tokenizer, stops: list[str], width: int, special: torch.Tensor):
         self.matcher, self.tokenizer, self.stops = matcher, tokenizer, stops
@@ -169,9 +168,8 @@ class HFRolloutEngine(RolloutEngine):
         self._special = torch.tensor(
             sorted({*tokenizer.all_special_ids, *self.eos_ids, self.pad_id}), dtype=torch.long
         )
-        self._stop_matchers: dict[
-            tuple[str, ...], object
-        ] = {}  # `StopStringCriteria` of each `stop` list asked
+        self._stop_matchers: dict[tuple[str, ...], object] = {}
+        """transformers' `StopStringCriteria` of each `stop` list asked (None: refused), the last 8."""
         self.abort_event = None
         """An `Event` (threading or multiprocessing) whose setting stops the `generate` in flight with
         `GenerationAborted` (the asynchronous engine process sets it up); None: never aborted."""
@@ -344,9 +342,7 @@ class HFRolloutEngine(RolloutEngine):
 
             try:
                 self._stop_matchers[key] = StopStringCriteria(self.tokenizer, stops)
-            except (
-                ValueError
-            ):  # "unable to identify tokens matching one or more of the supplied stop string(s)"
+            except ValueError:  # it found no tokens that can spell one of the strings
                 self._stop_matchers[key] = None
             if len(self._stop_matchers) > 8:
                 self._stop_matchers.pop(next(iter(self._stop_matchers)))
