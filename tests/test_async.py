@@ -249,9 +249,63 @@ def test_the_engine_process_samples_the_pushed_weights_and_ignores_sigterm(model
     assert not proc.is_alive()
 
 
+def test_several_engine_processes_split_a_call_and_sample_what_one_samples(model_dir):
+    """`RemoteEngines.generate` over 2 engine processes (the `hf` engine, one prompt per micro-batch): consecutive
+    shares sampled side by side, each seeded as its first prompt is in one engine's call, give exactly what one
+    engine process gives for the whole call, stop strings included (their `stop_reason` crosses the pipe); a call
+    smaller than the group leaves an engine idle; an abort reaches both and the next call samples as before."""
+    import re
+    import time
+    from dataclasses import replace
+
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.models.hf import load_tokenizer
+    from dapo_rl.rollout import SamplingParams
+    from dapo_rl.rollout.base import GenerationAborted
+    from dapo_rl.rollout.remote import EngineSpec, RemoteEngines
+
+    spec = EngineSpec(RolloutConfig(name="hf", micro_batch_size=2), str(model_dir), 64, num_threads=1)
+    t0 = time.monotonic()
+    engines = RemoteEngines([spec, spec])
+    started = time.monotonic() - t0
+    tok = load_tokenizer(str(model_dir))
+    prompts = [[5 + i, 6, 7, 8, 9][: 2 + i % 3] for i in range(5)]  # shares of 2 and 3 prompts
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=24, seed=11)
+
+    def flat(groups):
+        return [(o.token_ids, o.logprobs, o.finish_reason, o.stop_reason) for g in groups for o in g]
+
+    try:
+        assert len(engines.engines) == 2
+        t0 = time.monotonic()
+        split = engines.generate(prompts, params)
+        took = time.monotonic() - t0
+        one = engines.engines[0].generate(prompts, params)
+        assert [len(g) for g in split] == [2] * 5
+        assert flat(split) == flat(one)
+        assert flat(engines.generate(prompts, replace(params, seed=12))) != flat(one)  # the seed is used
+        assert flat(engines.generate(prompts[:1], params)) == flat(one[:1])  # the second engine sits it out
+        assert engines.generate([], params) == []
+        texts = [tok.decode(o.token_ids, skip_special_tokens=True) for g in one for o in g]
+        stop = next(
+            m for t in texts[4:] for m in re.findall(r"[A-Za-z0-9]", t)
+        )  # in the second engine's share
+        stopped = engines.generate(prompts, replace(params, stop=[stop]))
+        assert flat(stopped) == flat(engines.engines[0].generate(prompts, replace(params, stop=[stop])))
+        assert stop in [o.stop_reason for g in stopped[2:] for o in g]
+        engines.abort()
+        with pytest.raises(GenerationAborted):
+            engines.generate(prompts, params)
+        assert flat(engines.generate(prompts, params)) == flat(one)
+    finally:
+        engines.close()
+    print(f"2 engine processes: started in {started:.1f} s, a call of 5 prompts x 2 in {took:.1f} s")
+
+
 def test_a_round_crosses_the_pipe_as_arrays_and_comes_back_as_the_same_lists():
     """`pack_round` (the engine process) and `unpack_round` (the trainer): flat arrays on the wire (review async-lora
-    m6), the same Python ints and floats back, empty prompts' groups and a served model's text-only answer kept."""
+    m6), the same Python ints and floats back, empty prompts' groups, a served model's text-only answer and a stop
+    string's `stop_reason` kept."""
     import numpy as np
 
     from dapo_rl.rollout.base import GenerationOutput as Out
@@ -260,12 +314,15 @@ def test_a_round_crosses_the_pipe_as_arrays_and_comes_back_as_the_same_lists():
     outputs = [
         [Out([1, 2, 151643], [-0.1, -0.2, -0.30000000000000004], "stop"), Out([], [], "length", "42", 7)],
         [],
-        [Out([2**31 - 1], [-1e-300], "length")],
+        [
+            Out([2**31 - 1], [-1e-300], "length"),
+            Out([60, 47, 62], [-1.0, -2.0, -3.0], "stop", stop_reason="</"),
+        ],
     ]
     counts, lengths, meta, ids, lps = pack_round(outputs)
-    assert counts == [2, 0, 1] and lengths.tolist() == [[3, 3], [0, 0], [1, 1]]
-    assert ids.dtype == np.int32 and ids.tolist() == [1, 2, 151643, 2**31 - 1]
-    assert lps.dtype == np.float64 and meta[1] == ("length", "42", 7)
+    assert counts == [2, 0, 2] and lengths.tolist() == [[3, 3], [0, 0], [1, 1], [3, 3]]
+    assert ids.dtype == np.int32 and ids.tolist() == [1, 2, 151643, 2**31 - 1, 60, 47, 62]
+    assert lps.dtype == np.float64 and meta[1] == ("length", "42", 7, None) and meta[3][3] == "</"
     back = unpack_round((counts, lengths, meta, ids, lps))
     assert back == outputs
     assert type(back[0][0].token_ids[0]) is int and type(back[0][0].logprobs[2]) is float

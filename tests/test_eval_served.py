@@ -149,3 +149,34 @@ def test_served_model_scores_like_the_in_process_engine(server, base_model, tmp_
         down.returncode == 2 and "no server answers" in down.stderr and down.stderr.strip().count("\n") == 0
     )
     assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_stop_strings_reach_the_served_model(server):
+    """`SamplingParams.stop` through `OpenAIChatEngine`: the request's `stop` (with vLLM's
+    `include_stop_str_in_output`) ends a served response at the first occurrence of a string read off the
+    unconstrained response, that string kept, with the server's `stop_reason`; a response without it is unchanged."""
+    from dapo_rl.data import reasoning_gym_samples
+    from dapo_rl.rollout import SamplingParams
+    from dapo_rl.rollout.openai_server import OpenAIChatEngine
+
+    url, _ = server
+    engine = OpenAIChatEngine(url, "tiny", concurrency=1)
+    chats = [
+        s.prompt for s in reasoning_gym_samples("chain_sum", 3, 7, {"min_terms": 2, "max_terms": 3}, True)
+    ]
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=16, seed=3)
+    free = [o for g in engine.generate_chat(chats, params) for o in g]
+    stop = next(o.text[4:6] for o in free if len(o.text) >= 6)
+    params.stop = [stop, "never sampled"]
+    got = [o for g in engine.generate_chat(chats, params) for o in g]
+    cut = 0
+    for o, f in zip(got, free):
+        assert o.num_tokens == len(o.logprobs) > 0
+        if stop not in f.text:
+            assert (o.text, o.finish_reason, o.stop_reason) == (f.text, f.finish_reason, None)
+            continue
+        assert o.text == f.text[: f.text.index(stop) + len(stop)]
+        assert o.finish_reason == "stop" and o.stop_reason == stop
+        cut += 1
+    assert cut > 0

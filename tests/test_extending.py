@@ -1,6 +1,6 @@
 """docs/extending.md's examples, run as written: each Python block of the page is a complete program with its own
-asserts (a loss, an advantage estimator, a verifier through the real reward pool, an episode type on the tiny
-model)."""
+asserts (a loss, an advantage estimator, a verifier through the real reward pool, a rollout engine, an episode
+type on the tiny model)."""
 
 import re
 from pathlib import Path
@@ -11,7 +11,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```$", PAGE.read_text(), flags=re.S | re.M)
 
 
-NAMES = ["policy_loss", "adv_estimator", "verifier", "episode"]
+NAMES = ["policy_loss", "adv_estimator", "verifier", "engine", "episode"]
 
 
 def test_the_page_has_an_example_for_each_kind():

@@ -274,3 +274,71 @@ def test_the_checkpoints_generation_config_does_not_change_what_is_sampled_but_i
 
     stopped = engine.generate(prompts[:1], SamplingParams(n=1, temperature=0.0, max_tokens=8))[0][0]
     assert stopped.token_ids == [stop_id] and stopped.finish_reason == "stop"
+
+
+def _first_occurrence_end(token_ids: list[int], stop: str) -> int | None:
+    """With the tiny tokenizer's one token per byte: the token count that ends `stop`'s first occurrence, or None."""
+    raw = bytes(t for t in token_ids if t < 256)
+    i = raw.find(stop.encode())
+    return None if i < 0 else i + len(stop.encode())
+
+
+def test_stop_strings_end_each_response_at_its_first_one_and_keep_it(tmp_path):
+    """`SamplingParams.stop` on the transformers engine: a response whose unconstrained sample contains a stop string
+    (read off that sample) ends with the token completing its first occurrence, the stop string kept, with
+    finish_reason `stop` and `stop_reason` that string, its tokens and log-probs exactly the unconstrained sample's
+    prefix; a response without one is exactly as without `stop`. A stop string made of the prompt's last character
+    and the response's first does not stop: only the response's text counts."""
+    import re
+
+    tok = build_tiny_tokenizer()
+    engine = HFRolloutEngine(build_tiny_model(seed=3), tok, micro_batch_size=64)
+    prompts = [tok(f"{a} + {b} =\n")["input_ids"] for a, b in ((1, 2), (30, 4), (9, 9))]
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=40, seed=5)
+    free = [o for g in engine.generate(prompts, params) for o in g]
+    texts = [tok.decode(o.token_ids, skip_special_tokens=True) for o in free]
+    stop = next(m for t in texts for m in re.findall(r"[A-Za-z0-9]{2}", t))  # two ASCII characters it sampled
+    starts = [t[0] for t in texts if t and t[0].isascii() and t[0].isalnum()]
+    straddle = "\n" + starts[0]  # the prompt ends with "\n"
+    stops = [stop, straddle, "never sampled"]
+    assert all(stops[2] not in t for t in texts)
+    params.stop = stops
+    got = [o for g in engine.generate(prompts, params) for o in g]
+    cut = 0
+    for o, f in zip(got, free):
+        assert len(o.logprobs) == len(o.token_ids)
+        ends = {s: _first_occurrence_end(f.token_ids, s) for s in stops}
+        ends = {s: k for s, k in ends.items() if k is not None}
+        if not ends:
+            assert o == f  # untouched: same tokens, log-probs, finish reason, no stop reason
+            continue
+        first = min(ends, key=lambda s: (ends[s], stops.index(s)))
+        k = ends[first]
+        assert o.token_ids == f.token_ids[:k] and o.logprobs == f.logprobs[:k]
+        assert o.finish_reason == "stop" and o.stop_reason == first
+        assert tok.decode(o.token_ids).endswith(first)
+        cut += 1
+    assert 0 < cut < len(got)
+    with pytest.raises(ValueError, match="empty string"):
+        engine.generate(prompts, SamplingParams(stop=[""]))
+
+
+def test_each_micro_batch_is_seeded_where_it_starts(tmp_path):
+    """The transformers engine seeds the micro-batch starting at prompt a with `request_seed(seed, a, n)`: with one
+    prompt a micro-batch, the prompts from a on, sampled alone with that seed, draw exactly what they draw in the
+    whole call (as vLLM seeds each request), the first micro-batch keeps the call's seed, and other micro-batches
+    draw other samples."""
+    from dapo_rl.rollout.seeds import request_seed
+
+    tok = build_tiny_tokenizer()
+    engine = HFRolloutEngine(build_tiny_model(seed=3), tok, micro_batch_size=2)
+    prompts = [tok(f"{a} + {a} =\n")["input_ids"] for a in range(4)]
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=7)
+    whole = engine.generate(prompts, params)
+    for a in (0, 1, 3):
+        tail = engine.generate(
+            prompts[a:], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=request_seed(7, a, 2))
+        )
+        assert tail == whole[a:]
+    alone = [engine.generate([p], params)[0] for p in prompts]
+    assert alone[0] == whole[0] and all(alone[a] != whole[a] for a in (1, 2, 3))

@@ -320,6 +320,46 @@ def test_an_abort_stops_the_round_between_two_steps_and_the_next_round_is_unchan
         engine.abort_event = None
 
 
+def test_stop_strings_end_each_response_at_its_first_one_and_keep_it(setup):
+    """`SamplingParams.stop` on vLLM (`include_stop_str_in_output`): a response whose unconstrained sample contains
+    a stop string (read off that sample) ends with the token completing its first occurrence, with finish_reason
+    `stop` and `stop_reason` that string; one without is unchanged (stop_reason None); the same through
+    `generate_chunks` (requests added to the engine directly)."""
+    import re
+
+    tok, model, engine, _ = setup
+    engine.update_weights(model.state_dict().items())
+    prompts = [tok(f"{a} + {b} =\n")["input_ids"] for a, b in ((1, 2), (30, 4), (9, 9))]
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=40, seed=5)
+    free = [o for g in engine.generate(prompts, params) for o in g]
+    texts = [tok.decode(o.token_ids, skip_special_tokens=True) for o in free]
+    stop = next(m for t in texts for m in re.findall(r"[A-Za-z0-9]{2}", t))  # two ASCII characters it sampled
+    stops = [stop, "never sampled"]
+    assert all(stops[1] not in t for t in texts)
+    with_stop = replace_params(params, stop=stops)
+    for got in (
+        [o for g in engine.generate(prompts, with_stop) for o in g],
+        [o for c in engine.generate_chunks(prompts, with_stop) for g in c for o in g],
+    ):
+        cut = 0
+        for o, f in zip(got, free):
+            assert len(o.logprobs) == len(o.token_ids)
+            raw = bytes(t for t in f.token_ids if t < 256)  # the tiny tokenizer: one token per byte
+            at = raw.find(stop.encode())
+            if at < 0:
+                assert o.token_ids == f.token_ids and o.finish_reason == f.finish_reason
+                assert o.stop_reason is None
+                continue
+            k = at + len(stop)
+            assert o.token_ids == f.token_ids[:k] and o.finish_reason == "stop" and o.stop_reason == stop
+            assert tok.decode(o.token_ids).endswith(stop)
+            torch.testing.assert_close(
+                torch.tensor(o.logprobs), torch.tensor(f.logprobs[:k]), rtol=0, atol=1e-4
+            )
+            cut += 1
+        assert 0 < cut < len(got)
+
+
 def replace_params(params: SamplingParams, **changes) -> SamplingParams:
     from dataclasses import replace
 

@@ -256,7 +256,7 @@ def evaluate_dataset(
     """Sample `params.n` responses for every problem of a `PromptDataset`, score them, return the rollouts.
 
     Args:
-        engine: a rollout engine (`generate(prompt_ids, params)`).
+        engine: a `RolloutEngine`, or None on a rank that has none (then `only` must be empty).
         ds: `dapo_rl.data.PromptDataset` (samples and prompt token ids).
         params: `SamplingParams`; `params.seed` (if set) is the evaluation's seed: chunk c of the dataset named
             `ds.name` samples with `round_seed(params.seed, crc32(ds.name), c, rank, Stream.EVAL)`
@@ -284,8 +284,10 @@ def evaluate_dataset(
     todo = [i for i in range(len(ds)) if i not in done and i in wanted]
     for c, start in enumerate(range(0, len(ds), chunk_problems)):
         idx = [i for i in todo if start <= i < start + chunk_problems]
-        if not idx and not getattr(engine, "collective", False):
-            continue  # an engine shared by a tensor-parallel group samples only when all its ranks call it
+        if not idx and (engine is None or not engine.collective):
+            # an engine shared by a tensor-parallel group samples only when all its ranks call it; None: this rank
+            # has no engine (asynchronous training's ranks but 0) and nothing to sample
+            continue
         p = replace(
             params, seed=None if params.seed is None else round_seed(params.seed, part, c, rank, Stream.EVAL)
         )

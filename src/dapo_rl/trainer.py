@@ -152,7 +152,7 @@ class Trainer:
         steps = (
             (lambda: producer.stop(0.0)) if producer is not None else None,
             episode.close if episode is not None else None,
-            getattr(engine, "close", None),
+            engine.close if engine is not None else None,
             (lambda: producer.stop(5.0)) if producer is not None else None,
         )
         first: BaseException | None = None
@@ -331,10 +331,9 @@ class Trainer:
                 "adapter update below half a bf16 step of W, so the engine samples a policy lagging the trainer's "
                 "(docs/lora.md); actor.lora.merge=false pushes the adapters instead"
             )
-        check_names = getattr(self.engine, "check_weight_names", None)  # (None: no engine on this rank)
-        if check_names is not None:  # every pushed name lands in the engine, every engine parameter gets one
+        if self.engine is not None:  # every pushed name lands in the engine, every engine parameter gets one
             try:
-                check_names(
+                self.engine.check_weight_names(
                     self.actor.engine_adapter_names()
                     if self.push_adapters
                     else self.actor.engine_weight_names()
@@ -666,7 +665,7 @@ class Trainer:
         from dapo_rl.evaluate import dataset_metrics, evaluate_dataset
 
         n = self.cfg.rollout.val_kwargs.n
-        if self.async_k > 0:  # rank 0's first engine process does all of it (the other ranks have none)
+        if self.async_k > 0:  # rank 0's engine processes do all of it (the other ranks have none)
             mine = range(len(ds)) if self.engine is not None else range(0)
         else:
             mine = range(self.ctx.rank, len(ds), self.ctx.world_size)
@@ -853,7 +852,7 @@ class Trainer:
             )
             samples = []
             if self.engine is not None:
-                for e in getattr(self.engine, "engines", None) or [self.engine]:
+                for e in self.engine.engines:
                     out = e.generate([prompt], params)[0][0]
                     samples.append((out.token_ids, out.logprobs))
             if self.async_k > 0:  # asynchronous: rank 0's engines' samples on every rank

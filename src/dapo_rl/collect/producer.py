@@ -195,16 +195,11 @@ class RolloutProducer:
             self._pause += 1
             self._cv.notify_all()
             if abort and not self._idle and self._generating:
-                stop = getattr(self.engine, "abort", None)
-                if stop is not None:
-                    stop()
+                self.engine.abort()
             while not self._idle and self._error is None:
                 self._cv.wait()
-            clear = getattr(self.engine, "clear_abort", None)
-            if (
-                abort and clear is not None
-            ):  # the round may have been past sampling: nothing may abort the trainer's
-                clear()  # own requests (validation, the probe)
+            if abort:  # the round may have been past sampling: nothing may abort the trainer's
+                self.engine.clear_abort()  # own requests (validation, the probe)
         try:
             if raise_error:
                 self.raise_error()
@@ -408,9 +403,7 @@ class RolloutProducer:
         with self._cv:  # an abort from here on is this round's (`paused` reads `_generating` under the lock)
             self._gen_started = time.perf_counter()
             self._generating = True
-            clear = getattr(self.engine, "clear_abort", None)
-            if clear is not None:
-                clear()
+            self.engine.clear_abort()
         try:
             sampled, gen_s = self._sample(c, indices)
         except GenerationAborted:

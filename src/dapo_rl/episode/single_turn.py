@@ -111,8 +111,8 @@ def sample_groups(
     engine, dataset: PromptDataset, indices: Sequence[int], params: SamplingParams
 ) -> list[list[Rollout]]:
     """Sample `params.n` responses for each prompt `dataset[i]`, i in `indices` (unscored `Rollout`s). An engine
-    with `generate_chat` (a served model) is given the chat messages instead of token ids."""
-    if hasattr(engine, "generate_chat"):
+    that `takes_chat` (a served model) is given the chat messages instead of token ids."""
+    if engine.takes_chat:
         return _rollouts(
             dataset, indices, engine.generate_chat([dataset.samples[i].prompt for i in indices], params)
         )
@@ -147,15 +147,15 @@ def sample_and_score(
     params: SamplingParams,
     overlap: bool = True,
 ) -> tuple[list[list[Rollout]], float]:
-    """`sample_groups` then `scorer`, overlapped where the engine yields its round in chunks (`generate_chunks`):
-    chunk k is scored in a background thread while chunk k+1 is sampled. Same rollouts, same rewards, in the same
-    order as without overlap; `scorer.seconds` then counts scoring time that ran alongside generation.
+    """`sample_groups` then `scorer`, overlapped (`overlap`, an engine of token ids) through `generate_chunks`:
+    chunk k is scored in a background thread while chunk k+1 is sampled (an engine that yields its round whole
+    scores it in that thread once it is sampled). Same rollouts, same rewards, in the same order as without overlap;
+    `scorer.seconds` then counts scoring time that ran alongside generation.
 
     Returns:
         `(groups, generate_seconds)`: the scored groups and the wall time spent inside the engine.
     """
-    chunks = getattr(engine, "generate_chunks", None)
-    if not overlap or chunks is None:
+    if not overlap or engine.takes_chat:
         t0 = time.perf_counter()
         sampled = sample_groups(engine, dataset, indices, params)
         gen_s = time.perf_counter() - t0
@@ -167,7 +167,7 @@ def sample_and_score(
     gen_s = 0.0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-score") as pool:
         futures = []
-        stream = chunks([dataset.prompt_ids[i] for i in indices], params)
+        stream = engine.generate_chunks([dataset.prompt_ids[i] for i in indices], params)
         while True:
             t0 = time.perf_counter()
             outs = next(stream, None)

@@ -1,4 +1,5 @@
-"""Rollout engines behind one protocol: prompt token ids + sampling params -> responses with sampling log-probs."""
+"""Rollout engines behind one base class (`RolloutEngine`): prompt token ids + sampling params -> responses with sampling
+log-probs."""
 
 from __future__ import annotations
 

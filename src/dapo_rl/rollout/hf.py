@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 
 class _SampledLogprobs:
@@ -57,6 +58,61 @@ class _StopOnEvent:
         )
 
 
+def first_stop(text: str, stops: list[str]) -> str | None:
+    """The stop string whose first occurrence in `text` ends earliest (ties: the first in `stops`), or None; vLLM's
+    choice (`vllm/v1/engine/detokenizer.py`, `check_stop_strings`)."""
+    best, best_end = None, len(text) + 1
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and i + len(s) < best_end:
+            best, best_end = s, i + len(s)
+    return best
+
+
+class _StopOnStrings:
+    """A stopping criterion that ends each sequence, on its own, once its response's decoded text contains one of
+    `stops` (the rest of the batch goes on; transformers fills a finished row with padding).
+
+    transformers' `StopStringCriteria` proposes (tensor operations over each row's last tokens, no decoding; it
+    returns one flag per row), reading the response alone: prompt tokens and special tokens (eos, padding) are
+    replaced by an id it clamps to its "no match" entry, so a stop string neither straddles the prompt nor matches a
+    special token's name. A proposed row is confirmed by decoding its response (`skip_special_tokens`, as the scorer
+    and vLLM decode) and looking for the stop strings there, so the stop is exactly the text's; that decode runs only
+    on the steps where a row was proposed.
+
+    Args:
+        matcher: a `StopStringCriteria` for `stops`, or None where the tokenizer cannot build one (then nothing stops
+            early; `HFRolloutEngine` still cuts each response at its first stop string).
+        tokenizer: decodes a proposed row.
+        stops: the stop strings.
+        width: the prompt columns of the batch (left padded): the response starts there.
+        special: the token ids that never take part in a stop string (1-D tensor).
+    """
+
+    # above every vocabulary: StopStringCriteria clamps it to its entry that matches nothing
+    _NO_MATCH = 2**31 - 1
+
+    def __init__(self, matcher, tokenizer, stops: list[str], width: int, special: torch.Tensor):
+        self.matcher, self.tokenizer, self.stops = matcher, tokenizer, stops
+        self.width, self.special = width, special
+        self.stopped_at: dict[int, int] = {}
+        """Row -> the response's length in tokens when its stop string was confirmed."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        gen = input_ids[:, self.width :]
+        special = torch.isin(gen, self.special.to(gen.device))
+        hit = self.matcher(gen.masked_fill(special, self._NO_MATCH), scores)
+        if not bool(hit.any()):
+            return hit
+        for row in hit.nonzero().flatten().tolist():
+            text = self.tokenizer.decode(gen[row].tolist(), skip_special_tokens=True)
+            if row in self.stopped_at or first_stop(text, self.stops) is None:
+                hit[row] = False
+            else:
+                self.stopped_at[row] = gen.shape[1]
+        return hit
+
+
 def _check_abort(event) -> None:
     """Raise `GenerationAborted` (clearing `event`) when `event` is set."""
     if event is not None and event.is_set():
@@ -64,7 +120,7 @@ def _check_abort(event) -> None:
         raise GenerationAborted("generation aborted")
 
 
-class HFRolloutEngine:
+class HFRolloutEngine(RolloutEngine):
     """Sampling with `model.generate` on the engine's own copy of the policy, on that model's device.
 
     It samples exactly the distribution it reports: softmax(logits / temperature), cut only by the request's
@@ -78,7 +134,7 @@ class HFRolloutEngine:
         model: a transformers causal LM the engine owns (the factory loads one for it; the trainer pushes new
             weights with `update_weights`, as it would to a separate inference engine). Its `generation_config`
             is replaced by a default `GenerationConfig()`.
-        tokenizer: provides `eos_token_id` and `pad_token_id`.
+        tokenizer: provides `eos_token_id` and `pad_token_id`; decodes responses for `SamplingParams.stop`.
         micro_batch_size: sequences (prompts x n) generated together; bounds memory.
         lora: the actor's `LoraConfig` when the engine applies the actor's adapters unmerged (`actor.lora.merge=
             false`): the model is wrapped by PEFT as the actor's is (`dapo_rl.lora.wrap_engine_model`), and
@@ -108,6 +164,12 @@ class HFRolloutEngine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.micro_batch_size = micro_batch_size
+        self.tokenizer = tokenizer
+        self._special = torch.tensor(
+            sorted({*tokenizer.all_special_ids, *self.eos_ids, self.pad_id}), dtype=torch.long
+        )
+        self._stop_matchers: dict[tuple[str, ...], object] = {}
+        """transformers' `StopStringCriteria` of each `stop` list asked (None: refused), the last 8."""
         self.abort_event = None
         """An `Event` (threading or multiprocessing) whose setting stops the `generate` in flight with
         `GenerationAborted` (the asynchronous engine process sets it up); None: never aborted."""
@@ -161,6 +223,14 @@ class HFRolloutEngine:
             distribution before top-k/top-p (vLLM's `processed_logprobs` are after them: with top-k/top-p the
             two differ, `dapo_rl.algo.rollout_correction.truncated_sampling_bias`). Raises `GenerationAborted`
             when `abort_event` is set during the call.
+
+        With `params.stop`, a response ends with the token that completes the first stop string to appear in its
+        decoded text (`skip_special_tokens`; the prompt's text does not count): that row stops generating (the
+        others go on), and its output is cut after that token, with `finish_reason` `stop` and that `stop_reason`.
+        Without it, no decoding happens during generation.
+
+        Raises:
+            ValueError: an empty stop string (as vLLM).
         """
         return [group for chunk in self.generate_chunks(prompts, params) for group in chunk]
 
@@ -169,11 +239,15 @@ class HFRolloutEngine:
     ) -> Iterator[list[list[GenerationOutput]]]:
         """`generate`, one micro-batch (`micro_batch_size // n` prompts) at a time: each chunk's groups are
         yielded as soon as they are sampled, so the caller can score them while the next chunk is generated. The
-        concatenated chunks are exactly `generate`'s result (one seed, set before the first chunk)."""
+        concatenated chunks are exactly `generate`'s result.
+
+        With a seed, the chunk whose first prompt is prompt `a` of the call is sampled from torch's generator seeded
+        with `request_seed(params.seed, a, n)` (`dapo_rl.rollout.seeds`; `params.seed` itself for the first chunk):
+        what a chunk draws depends on where it starts, not on the chunks sampled before it, so the prompts split
+        over several engines at chunk boundaries draw exactly what one engine draws (`RemoteEngines.generate`;
+        every boundary when `micro_batch_size <= n`, one prompt a chunk, as vLLM seeds each request)."""
         from transformers import GenerationConfig
 
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         greedy = params.temperature == 0
         gen_cfg = GenerationConfig(
             do_sample=not greedy,
@@ -187,10 +261,16 @@ class HFRolloutEngine:
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
         )
+        stops = list(params.stop or [])
+        if any(not s for s in stops):
+            raise ValueError("stop cannot contain an empty string")
+        matcher = self._stop_matcher(stops) if stops else None
         n = params.n
         per_chunk = max(1, self.micro_batch_size // n)
         device = next(self.model.parameters()).device
         for start in range(0, len(prompts), per_chunk):
+            if params.seed is not None:
+                torch.manual_seed(request_seed(params.seed, start, n))
             results: list[list[GenerationOutput]] = []
             chunk = prompts[start : start + per_chunk]
             width = max(len(p) for p in chunk)
@@ -205,6 +285,11 @@ class HFRolloutEngine:
             # stack of logits, nor a copy of one in host memory
             keep = _SampledLogprobs(0.0 if greedy else params.temperature)
             abort = self.abort_event
+            criteria = [_StopOnEvent(abort)] if abort is not None else []
+            on_stop = None
+            if matcher is not None:
+                on_stop = _StopOnStrings(matcher, self.tokenizer, stops, width, self._special)
+                criteria.append(on_stop)
             _check_abort(abort)
             with torch.no_grad():  # not around the yield: grad mode is thread state the caller would inherit
                 out = self.model.generate(
@@ -212,7 +297,7 @@ class HFRolloutEngine:
                     attention_mask=mask,
                     generation_config=gen_cfg,
                     logits_processor=[keep],
-                    stopping_criteria=[_StopOnEvent(abort)] if abort is not None else None,
+                    stopping_criteria=criteria or None,
                 )
             _check_abort(abort)
             gen_dev = out.sequences[:, width:]
@@ -230,12 +315,55 @@ class HFRolloutEngine:
                     row = i * n + j
                     stop = bool(any_eos[row])
                     length = int(first_eos[row]) + 1 if stop else gen.shape[1]
+                    reason = None
+                    if stops:  # a stopped row's padding may read as eos: its own length comes first
+                        if on_stop is not None and row in on_stop.stopped_at:
+                            length = on_stop.stopped_at[row]
+                        cut = self._cut_at_stop(gen[row, :length].tolist(), stops)
+                        if cut is not None:
+                            (length, reason), stop = cut, True
                     group.append(
                         GenerationOutput(
                             token_ids=gen[row, :length].tolist(),
                             logprobs=logp[row, :length].tolist(),
                             finish_reason="stop" if stop else "length",
+                            stop_reason=reason,
                         )
                     )
                 results.append(group)
             yield results
+
+    def _stop_matcher(self, stops: list[str]):
+        """transformers' `StopStringCriteria` for `stops` (built once per list: it scans the vocabulary), or None
+        where it refuses the tokenizer or a string (responses are then cut after generation, with no early stop)."""
+        key = tuple(stops)
+        if key not in self._stop_matchers:
+            from transformers import StopStringCriteria
+
+            try:
+                self._stop_matchers[key] = StopStringCriteria(self.tokenizer, stops)
+            except ValueError:  # it found no tokens that can spell one of the strings
+                self._stop_matchers[key] = None
+            if len(self._stop_matchers) > 8:
+                self._stop_matchers.pop(next(iter(self._stop_matchers)))
+        return self._stop_matchers[key]
+
+    def _cut_at_stop(self, ids: list[int], stops: list[str]) -> tuple[int, str] | None:
+        """`(k, s)`: the shortest prefix `ids[:k]` whose decoded text contains a stop string, and the one that ends
+        first there (`first_stop`); None when the whole response contains none. A binary search over prefix lengths:
+        a longer prefix's text extends a shorter one's."""
+
+        def found(k: int) -> str | None:
+            return first_stop(self.tokenizer.decode(ids[:k], skip_special_tokens=True), stops)
+
+        whole = found(len(ids))
+        if whole is None:
+            return None
+        lo, hi = 1, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if found(mid) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        return hi, whole if hi == len(ids) else found(hi)

@@ -13,11 +13,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from dapo_rl.config import ConfigError
-from dapo_rl.rollout.base import GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.seeds import request_seed
 
 
-class OpenAIChatEngine:
+class OpenAIChatEngine(RolloutEngine):
     """Chat completions from an OpenAI-compatible server, `concurrency` requests at a time.
 
     Args:
@@ -28,9 +28,13 @@ class OpenAIChatEngine:
         max_retries: the client's retries per request (exponential backoff).
         timeout_s: seconds per request.
 
+    It takes chat messages (`takes_chat`, `generate_chat`), not token ids.
+
     Raises:
         ConfigError: the `openai` package is missing.
     """
+
+    takes_chat = True
 
     def __init__(
         self,
@@ -77,6 +81,15 @@ class OpenAIChatEngine:
                 f"--model {self.model}: the server at {self.base_url} serves {', '.join(served)}"
             )
 
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """Refused: the server applies its own chat template and tokenizer, so it is given chat messages
+        (`generate_chat`), never token ids.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("OpenAIChatEngine takes chat messages: call generate_chat")
+
     def generate_chat(
         self, conversations: list[list[dict]], params: SamplingParams
     ) -> list[list[GenerationOutput]]:
@@ -87,6 +100,10 @@ class OpenAIChatEngine:
         with `seed + j`: no two samples share a seed). Each output's `token_ids` is empty; `text` is the
         response, `num_tokens` its length in the server's tokens (the returned log-probs; without them, the usage
         count of a one-sample request), `finish_reason` `length` when the server cut it at `max_tokens`.
+
+        `params.stop` goes in the request's `stop`, with vLLM's `include_stop_str_in_output` (a server without that
+        extension may leave the stop string out of the text, as OpenAI's API does); `stop_reason` is the choice's
+        `stop_reason` where the server returns one (vLLM's server does), else None.
 
         Raises:
             ConfigError: a request failed after the retries (server down, or an error answer); the message names
@@ -99,7 +116,11 @@ class OpenAIChatEngine:
     def _one(self, messages: list[dict], params: SamplingParams, i: int) -> list[GenerationOutput]:
         import openai
 
-        extra = {"top_k": params.top_k} if params.top_k > 0 else None  # vLLM's extension of the API
+        extra = {"top_k": params.top_k} if params.top_k > 0 else {}  # vLLM's extension of the API
+        stop = {}
+        if params.stop:  # the stop string stays in the text (vLLM's extension; OpenAI's API leaves it out)
+            stop = {"stop": list(params.stop)}
+            extra["include_stop_str_in_output"] = True
         try:
             resp = self.client.chat.completions.create(
                 model=self.model,
@@ -110,7 +131,8 @@ class OpenAIChatEngine:
                 max_tokens=params.max_tokens,
                 seed=request_seed(params.seed, i, params.n),
                 logprobs=True,
-                extra_body=extra,
+                extra_body=extra or None,
+                **stop,
             )
         except openai.APIError as e:
             raise ConfigError(
@@ -121,6 +143,8 @@ class OpenAIChatEngine:
         for ch in sorted(resp.choices, key=lambda c: c.index):
             lps = [t.logprob for t in ch.logprobs.content] if ch.logprobs and ch.logprobs.content else []
             count = len(lps) if lps else (resp.usage.completion_tokens if resp.usage and params.n == 1 else 0)
+            # vLLM's field: the stop string, a stop token id or None (other servers have none)
+            reason = (ch.model_extra or {}).get("stop_reason")
             outs.append(
                 GenerationOutput(
                     token_ids=[],
@@ -128,6 +152,7 @@ class OpenAIChatEngine:
                     finish_reason="length" if ch.finish_reason == "length" else "stop",
                     text=ch.message.content or "",
                     num_tokens=count,
+                    stop_reason=reason if isinstance(reason, str) and reason in (params.stop or ()) else None,
                 )
             )
         return outs

@@ -14,12 +14,13 @@ at once (NCCL user guide, "Thread safety"); the trainer's copy of the weights is
 this project's 2-core machine: 1.6 GB/s over loopback (a 7B model in bf16: ~9 s per engine, overlapped with training).
 
 `RemoteEngines` starts several such children (`rollout.n_gpus_per_node`, one GPU each), each with its own pipe and
-weight group; a push goes to all of them at once, one thread per engine.
+weight group; a call to `generate` is split between them and a push goes to all of them at once, one thread per
+engine.
 
-A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths and finish reason
-(`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in one C call,
-freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (review async-lora m6). `unpack_round`
-rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
+A round comes back as two flat arrays (token ids, log-probs) and a list of each response's lengths, finish reason and
+stop reason (`pack_round`), not as nested lists of Python numbers: unpickling those took the GIL for ~150 ns a token in
+one C call, freezing the trainer's thread on rank 0 for seconds at DAPO's round sizes (review async-lora m6).
+`unpack_round` rebuilds the lists one response at a time, so the trainer's thread gets the GIL between two responses.
 
 The child exits when the trainer's process does: it sees the pipe close, and on Linux the kernel sends it SIGKILL
 when its parent dies (`PR_SET_PDEATHSIG`), so a SIGKILLed trainer leaves no engine behind. Since it ignores SIGTERM
@@ -35,14 +36,15 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import numpy as np
 import torch
 
 from dapo_rl import children
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
+from dapo_rl.rollout.seeds import request_seed
 
 TRANSPORT_TIMEOUT = timedelta(minutes=10)
 """The weight group's rendezvous and collective timeout."""
@@ -134,15 +136,15 @@ def pack_round(outputs: list[list[GenerationOutput]]) -> tuple:
 
     Returns:
         counts: responses per prompt (list of int); lengths: `(N, 2)` int64 array, each response's token count and
-        log-prob count; meta: `(finish_reason, text, num_tokens)` per response; token_ids: every response's ids
-        end to end, int32 (vocabularies stay below 2**31); logprobs: every log-prob end to end, float64 (the
-        engines' Python floats exactly).
+        log-prob count; meta: `(finish_reason, text, num_tokens, stop_reason)` per response; token_ids: every
+        response's ids end to end, int32 (vocabularies stay below 2**31); logprobs: every log-prob end to end,
+        float64 (the engines' Python floats exactly).
     """
     flat = [o for group in outputs for o in group]
     lengths = np.array([(len(o.token_ids), len(o.logprobs)) for o in flat], dtype=np.int64).reshape(-1, 2)
     ids = np.fromiter((t for o in flat for t in o.token_ids), dtype=np.int32, count=int(lengths[:, 0].sum()))
     lps = np.fromiter((x for o in flat for x in o.logprobs), dtype=np.float64, count=int(lengths[:, 1].sum()))
-    meta = [(o.finish_reason, o.text, o.num_tokens) for o in flat]
+    meta = [(o.finish_reason, o.text, o.num_tokens, o.stop_reason) for o in flat]
     return [len(group) for group in outputs], lengths, meta, ids, lps
 
 
@@ -152,8 +154,12 @@ def unpack_round(packed: tuple) -> list[list[GenerationOutput]]:
     ends = np.cumsum(lengths, axis=0).tolist()
     flat = []
     a = b = 0
-    for (a_end, b_end), (finish, text, num_tokens) in zip(ends, meta):
-        flat.append(GenerationOutput(ids[a:a_end].tolist(), lps[b:b_end].tolist(), finish, text, num_tokens))
+    for (a_end, b_end), (finish, text, num_tokens, stop_reason) in zip(ends, meta):
+        flat.append(
+            GenerationOutput(
+                ids[a:a_end].tolist(), lps[b:b_end].tolist(), finish, text, num_tokens, stop_reason
+            )
+        )
         a, b = a_end, b_end
     out, k = [], 0
     for n in counts:
@@ -240,9 +246,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
                     engine.update_weights(_received(conn, channel, device))
                     conn.send(("ok", None))
                 elif kind == "check_names":
-                    check = getattr(engine, "check_weight_names", None)
-                    if check is not None:
-                        check(msg[1])
+                    engine.check_weight_names(msg[1])
                     conn.send(("ok", None))
                 else:
                     conn.send(("error", f"unknown request {kind!r}"))
@@ -254,9 +258,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
                 if kind == "update":  # the stream of tensors is out of step: nothing more can be served
                     return
     finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+        engine.close()
 
 
 def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
@@ -272,7 +274,7 @@ def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tu
         yield name, t.to(device)
 
 
-class RemoteEngine:
+class RemoteEngine(RolloutEngine):
     """The rollout-engine protocol (`generate`, `update_weights`, `sleep`, `check_weight_names`, `close`) served by
     an engine in a child process (see the module's docstring). Calls are serialised by a lock, so the rollout
     producer's thread and the trainer's validation can share it; each blocks until the child answers.
@@ -518,12 +520,12 @@ class HostStaging:
         return buf
 
 
-class RemoteEngines:
+class RemoteEngines(RolloutEngine):
     """Several engine processes (`rollout.n_gpus_per_node` of them, one GPU each), started one after another from
-    this thread and built side by side; the rollout producer splits each round between them (`engines`). The engine
-    protocol on the group: `update_weights` pushes to every engine at once (a thread each); `generate` samples on the
-    first (validation and the weight-sync probe, with the producer paused); `check_weight_names` asks every engine;
-    `close` stops them all.
+    this thread and built side by side. The engine protocol on the group: `generate` splits the prompts into
+    consecutive shares sampled side by side, one per engine; `update_weights` pushes to every engine at once (a
+    thread each); `check_weight_names` asks every engine; `abort` and `clear_abort` reach every engine; `close`
+    stops them all; `engines` lists the processes (the weight-sync probe asks each).
 
     Args:
         specs: one `EngineSpec` per engine process.
@@ -535,14 +537,14 @@ class RemoteEngines:
     def __init__(self, specs: list[EngineSpec]):
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        self.engines: list[RemoteEngine] = []
+        self._engines: list[RemoteEngine] = []
         try:
             # started from this thread (see `RemoteEngine`'s `connect`); each waits for its engine to build
             # (minutes for a big model on a GPU): they build side by side, and the first failure stops them all
             for s in specs:
-                self.engines.append(RemoteEngine(s, connect=False))
+                self._engines.append(RemoteEngine(s, connect=False))
             pool = ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="dapo-engine-start")
-            futures = [pool.submit(e.connect) for e in self.engines]
+            futures = [pool.submit(e.connect) for e in self._engines]
             wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
             if failed:
@@ -551,15 +553,46 @@ class RemoteEngines:
             for f in futures:
                 f.result()
         except BaseException:
-            for e in self.engines:
+            for e in self._engines:
                 if e.proc is not None:
                     e.proc.kill()
             self.close()
             raise
 
+    @property
+    def engines(self) -> list[RemoteEngine]:
+        """The engine processes, in order (the weight-sync probe asks each; the producer splits a round over them)."""
+        return self._engines
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
-        """`RolloutEngine.generate` on the first engine process."""
-        return self.engines[0].generate(prompts, params)
+        """`RolloutEngine.generate` over the engine processes: the prompts are split into consecutive shares, one per
+        engine (sizes differing by one at most), sampled side by side (a thread each) and joined in order. The share
+        starting at prompt `a` is seeded `request_seed(params.seed, a, n)` (None stays None), the seed its first
+        prompt has in one engine's call, so the split draws what one engine draws: vLLM seeds every request so,
+        the transformers engine every micro-batch (exactly equal when shares start at micro-batch boundaries).
+        An engine whose share is empty is not asked. With one engine process: its `generate`, as it is.
+
+        Raises:
+            GenerationAborted, RuntimeError, ValueError: the first share's failure (in share order), once every
+                share has ended.
+        """
+        engines = self.engines
+        if len(engines) == 1:
+            return engines[0].generate(prompts, params)
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = [len(prompts) * j // len(engines) for j in range(len(engines) + 1)]
+        shares = [(e, a, b) for e, a, b in zip(engines, bounds, bounds[1:]) if b > a]
+        if not shares:
+            return []
+        with ThreadPoolExecutor(len(shares), thread_name_prefix="dapo-share") as pool:
+            futures = [
+                pool.submit(
+                    e.generate, prompts[a:b], replace(params, seed=request_seed(params.seed, a, params.n))
+                )
+                for e, a, b in shares
+            ]
+        return [group for f in futures for group in f.result()]
 
     def abort(self) -> None:
         """`RemoteEngine.abort` on every engine process."""

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import torch
 
-from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, SamplingParams
+from dapo_rl.rollout.base import GenerationAborted, GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.seeds import request_seed
 
 
@@ -46,7 +46,7 @@ def _model_runner(llm):
     return getattr(worker, "worker", worker).model_runner
 
 
-class VLLMRolloutEngine:
+class VLLMRolloutEngine(RolloutEngine):
     """Sampling with an in-process `vllm.LLM` on the policy checkpoint.
 
     Args:
@@ -360,7 +360,7 @@ class VLLMRolloutEngine:
             if ready - sent >= chunk or ready == len(ids) or not engine.has_unfinished_requests():
                 if ready == sent:  # nothing more will come: the engine lost requests
                     raise RuntimeError(f"vLLM finished without {len(ids) - sent} of the round's requests")
-                yield [self._group(done.pop(r)) for r in ids[sent:ready]]
+                yield [self._group(done.pop(r), params.stop) for r in ids[sent:ready]]
                 sent = ready
 
     def _vllm_params(self, params: SamplingParams, index: int):
@@ -371,11 +371,18 @@ class VLLMRolloutEngine:
         ranks of a tensor-parallel group each sample the whole batch from all-gathered logits, so they agree only
         if their draws do, and the trainer seeds each rank's global generators differently. On vLLM's V2 model
         runner (the GPU default in 0.32) seeded requests go through the same batched Gumbel kernel as unseeded
-        ones (`vllm/v1/worker/gpu/sample`)."""
+        ones (`vllm/v1/worker/gpu/sample`).
+
+        `params.stop` goes to vLLM as `stop` with `include_stop_str_in_output=True` (the stop string stays in the
+        response) and detokenization on (vLLM matches stop strings in the text it decodes); without stop strings
+        nothing is decoded."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         greedy = params.temperature == 0
+        text: dict = {"detokenize": False}  # the scorer decodes the token ids itself
+        if params.stop:  # vLLM matches stop strings in the text it decodes
+            text = {"stop": list(params.stop), "include_stop_str_in_output": True, "detokenize": True}
         return VSamplingParams(
             n=params.n,
             temperature=params.temperature,
@@ -388,17 +395,27 @@ class VLLMRolloutEngine:
             # to the engine directly (`generate_chunks`) keep vLLM's default, CUMULATIVE, under which a finished
             # n > 1 request carries only its last child (`ParentRequest.get_outputs`): groups of one.
             output_kind=RequestOutputKind.FINAL_ONLY,
-            detokenize=False,  # the scorer decodes the token ids itself
+            **text,
         )
 
     @staticmethod
-    def _group(o) -> list[GenerationOutput]:
-        """One prompt's `n` samples from a vLLM `RequestOutput`."""
+    def _group(o, stop: list[str] | None = None) -> list[GenerationOutput]:
+        """One prompt's `n` samples from a vLLM `RequestOutput`. A sample's `stop_reason` is the stop string, a stop
+        token id (a checkpoint's other eos ids), another string (vLLM's "repetition_detected") or None
+        (`vllm/outputs.py`, `CompletionOutput`; `vllm/v1/core/sched/utils.py`, `check_stop`): only a string of
+        `stop` is kept."""
         group = []
         for c in o.outputs:
             ids = list(c.token_ids)
             lps = [d[t].logprob for t, d in zip(ids, c.logprobs or [])] if c.logprobs else [0.0] * len(ids)
-            group.append(GenerationOutput(ids, lps, "stop" if c.finish_reason == "stop" else "length"))
+            reason = (
+                c.stop_reason if isinstance(c.stop_reason, str) and c.stop_reason in (stop or ()) else None
+            )
+            group.append(
+                GenerationOutput(
+                    ids, lps, "stop" if c.finish_reason == "stop" else "length", stop_reason=reason
+                )
+            )
         return group
 
     def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
@@ -413,7 +430,7 @@ class VLLMRolloutEngine:
             use_tqdm=False,
             lora_request=self._lora_request,
         )
-        return [self._group(o) for o in outs]
+        return [self._group(o, params.stop) for o in outs]
 
 
 def unmatched_weight_names(
