@@ -26,6 +26,8 @@ EXIT_INTERRUPTED = 130
 
 
 def _parser() -> argparse.ArgumentParser:
+    from dapo_rl.config import ENGINE_NAMES
+
     p = argparse.ArgumentParser(
         prog="dapo", description="DAPO reinforcement learning for reasoning language models."
     )
@@ -115,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--engine",
         default="hf",
-        choices=["hf", "vllm", "openai"],
+        choices=[*ENGINE_NAMES, "openai"],
         help="rollout engine (vllm: in-process vLLM; openai: a served model at --base-url, --model its name)",
     )
     ev.add_argument(

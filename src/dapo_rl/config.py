@@ -465,6 +465,9 @@ MAX_REWARD_TIMEOUT_S = 86400.0
 MAX_REWARD_WORKERS = 512
 """The most `reward.num_workers` (each is a process holding the verifiers, about 100 MB)."""
 
+ENGINE_NAMES = ("hf", "vllm")
+"""The rollout engines `rollout.name` accepts (`dapo_rl.rollout.build_engine` builds each)."""
+
 EPISODE_NAMES = ("single_turn",)
 """The episode types `episode.name` accepts (`dapo_rl.episode.EPISODES`, the same names)."""
 
@@ -593,7 +596,7 @@ class RolloutConfig:
         check_number("rollout.kv_cache_gib", self.kv_cache_gib, gt=0)
         if self.sleep_level not in (0, 1, 2):
             raise ConfigError(f"rollout.sleep_level={self.sleep_level} is not one of 0, 1, 2")
-        _choice(self.name, ("hf", "vllm"), "rollout.name")
+        _choice(self.name, ENGINE_NAMES, "rollout.name")
         for key, val in (
             ("rollout.n", self.n),
             ("rollout.micro_batch_size", self.micro_batch_size),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from dapo_rl.config import LoraConfig, RolloutConfig
+from dapo_rl.config import ENGINE_NAMES, LoraConfig, RolloutConfig
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 from dapo_rl.rollout.hf import HFRolloutEngine
 
@@ -21,8 +21,8 @@ __all__ = [
     "with_lora",
 ]
 
-ENGINES = ("hf", "vllm")
-"""Values of `rollout.name`."""
+ENGINES = ENGINE_NAMES
+"""Values of `rollout.name` (`dapo_rl.config.ENGINE_NAMES`)."""
 
 
 @dataclass
