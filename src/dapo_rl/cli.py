@@ -647,6 +647,27 @@ REWARD_FLAGS = {"name": "--verifier", "timeout_s": "--timeout-s", "num_workers":
 """`dapo eval`'s and `dapo score`'s flags for the `reward.*` settings they set (`RewardConfig.check`'s names)."""
 
 
+def _reward_config(args):
+    """The `reward:` section `dapo eval` and `dapo score` set from their flags, checked (`RewardConfig.check`, errors
+    naming the flags); `dapo eval` has no `--timeout-s` and keeps the default.
+
+    Raises:
+        ConfigError: a bad verifier, worker count or time limit.
+    """
+    from dapo_rl.config import RewardConfig
+
+    reward = RewardConfig(
+        name=args.verifier,
+        num_workers=args.num_workers,
+        lenient=args.lenient,
+        partial_credit=args.partial_credit,
+    )
+    if getattr(args, "timeout_s", None) is not None:
+        reward.timeout_s = args.timeout_s
+    reward.check(REWARD_FLAGS)
+    return reward
+
+
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
     import json
@@ -655,7 +676,7 @@ def _eval(args) -> int:
 
     from tqdm import tqdm
 
-    from dapo_rl.config import Config, ConfigError, RewardConfig, RolloutConfig, load_config
+    from dapo_rl.config import Config, ConfigError, RolloutConfig, load_config
     from dapo_rl.data import PromptDataset
     from dapo_rl.data.dataset import read_jsonl
     from dapo_rl.episode import Rollout, build_episode
@@ -683,13 +704,7 @@ def _eval(args) -> int:
         raise ConfigError("--base-url is for --engine openai")
     if served and args.concurrency < 1:
         raise ConfigError(f"--concurrency={args.concurrency} must be >= 1")
-    reward = RewardConfig(
-        name=args.verifier,
-        num_workers=args.num_workers,
-        lenient=args.lenient,
-        partial_credit=args.partial_credit,
-    )
-    reward.check(REWARD_FLAGS)
+    reward = _reward_config(args)
     rollout = RolloutConfig(name="hf" if served else args.engine, micro_batch_size=args.batch_size)
     try:
         check_engine(rollout, setting="--engine")
@@ -834,18 +849,11 @@ def _score(args) -> int:
     import json
     import time
 
-    from dapo_rl.config import ConfigError, RewardConfig
+    from dapo_rl.config import ConfigError
     from dapo_rl.episode import reward_pool
     from dapo_rl.reward.pool import summarize
 
-    reward = RewardConfig(
-        name=args.verifier,
-        num_workers=args.num_workers,
-        timeout_s=args.timeout_s,
-        lenient=args.lenient,
-        partial_credit=args.partial_credit,
-    )
-    reward.check(REWARD_FLAGS)
+    reward = _reward_config(args)
     if args.output:
         target = Path(args.output)
         if target.is_dir():
