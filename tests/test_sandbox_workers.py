@@ -159,3 +159,29 @@ def test_the_sandbox_imports_nothing_of_rewards():
     here, worker = json.loads(proc.stdout.splitlines()[-1])
     assert "dapo_rl.sandbox.workers" in here and "dapo_rl.sandbox.workers" in worker
     assert [m for m in here + worker if m.startswith("dapo_rl.reward")] == []
+
+
+def test_a_pool_closed_during_a_run_ends_the_run_with_an_error_not_a_spin():
+    """Review of issue 43, m1: `close` from another thread (a failing trainer closes the episode while its producer
+    scores) used to leave `run` looping at full CPU forever; now the run raises within a second."""
+    import threading
+
+    pool = WorkerPool(act, 1, 30.0)
+    outcome: list[BaseException | None] = []
+
+    def go():
+        try:
+            pool.run([("sleep", 0.5)] * 8)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001
+            outcome.append(e)
+
+    t = threading.Thread(target=go)
+    t.start()
+    time.sleep(1.2)
+    cpu0, t0 = time.process_time(), time.monotonic()
+    pool.close()
+    t.join(timeout=3)
+    assert not t.is_alive() and time.monotonic() - t0 < 3
+    assert isinstance(outcome[0], RuntimeError) and "closed during a run" in str(outcome[0])
+    assert time.process_time() - cpu0 < 1.0  # no spin

@@ -315,8 +315,8 @@ class WorkerPool(Generic[R]):
             not answered in time, or `on_error(why)` (see the class).
 
         Raises:
-            RuntimeError: the pool is closed (and `items` not empty), or a replacement worker did not start
-                (`Worker.ready`).
+            RuntimeError: the pool is closed (and `items` not empty) or was closed by another thread during the run,
+                or a replacement worker did not start (`Worker.ready`).
         """
         if items and not self.workers:  # the loop below would wait for a worker forever
             raise RuntimeError(f"the {self.name} pool is closed")
@@ -324,6 +324,8 @@ class WorkerPool(Generic[R]):
         results: list[Any] = [None] * len(items)
         pending = deque(range(len(items)))
         while pending or any(w.jobs for w in self.workers):
+            if not self.workers:  # closed from another thread (a failing trainer): nothing will answer
+                raise RuntimeError(f"the {self.name} pool was closed during a run")
             for w in self.workers:
                 if not w.jobs and pending:
                     chunk = [pending.popleft() for _ in range(self._chunk_size(len(pending)))]
@@ -339,7 +341,12 @@ class WorkerPool(Generic[R]):
             if not busy:
                 continue
             next_deadline = min(w.started + self.timeout_s for w in busy)
-            ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
+            try:
+                ready = wait([w.conn for w in busy], timeout=max(0.0, next_deadline - time.monotonic()))
+            except (OSError, ValueError):  # a pipe closed under us: by `close`, or a broken pipe
+                if not self.workers:
+                    raise RuntimeError(f"the {self.name} pool was closed during a run") from None
+                raise
             for w in busy:
                 if w.conn in ready:
                     idx = w.jobs.popleft()
@@ -386,6 +393,8 @@ class WorkerPool(Generic[R]):
         pending.extendleft(reversed(w.jobs))
         w.jobs.clear()
         w.kill()
+        if w not in self.workers:  # the pool was closed during the run (`close` killed it)
+            raise RuntimeError(f"the {self.name} pool was closed during a run")
         i = self.workers.index(w)
         self.workers[i] = self._start()
         self.workers[i].ready()
