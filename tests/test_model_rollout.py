@@ -303,7 +303,17 @@ def test_stop_strings_end_each_response_at_its_first_one_and_keep_it(tmp_path):
     stops = [stop, straddle, "never sampled"]
     assert all(stops[2] not in t for t in texts)
     params.stop = stops
+    criteria = []  # the criterion each micro-batch's generate was given: did it stop rows early, not only cut them?
+    plain_generate = engine.model.generate
+
+    def generate(*args, **kwargs):
+        criteria.extend(kwargs.get("stopping_criteria") or [])
+        return plain_generate(*args, **kwargs)
+
+    engine.model.generate = generate
     got = [o for g in engine.generate(prompts, params) for o in g]
+    engine.model.generate = plain_generate
+    stopped = {row: n for c in criteria for row, n in getattr(c, "stopped_at", {}).items()}
     cut = 0
     for o, f in zip(got, free):
         assert len(o.logprobs) == len(o.token_ids)
@@ -319,6 +329,12 @@ def test_stop_strings_end_each_response_at_its_first_one_and_keep_it(tmp_path):
         assert tok.decode(o.token_ids).endswith(first)
         cut += 1
     assert 0 < cut < len(got)
+    # review of issue 43, m6: the rows that stopped were stopped while generating (the criterion confirmed them at
+    # the length they end with), not only cut afterwards
+    assert len(stopped) == cut and sorted(stopped.values()) == sorted(
+        len(o.token_ids) for o in got if o.finish_reason == "stop" and o.stop_reason
+    )
+    assert SamplingParams(stop="ab").stop == ["ab"]  # one string is one stop string, as vLLM takes it
     with pytest.raises(ValueError, match="empty string"):
         engine.generate(prompts, SamplingParams(stop=[""]))
 

@@ -25,7 +25,10 @@ class SamplingParams:
         stop: strings that end a response once its text contains one (vLLM's `stop`, matched in the decoded response,
             special tokens skipped): the response ends with the token that completes the first one to appear, that
             token included, so the stop string stays in the response (vLLM's `include_stop_str_in_output=True`: a
-            tool loop needs the closing tag). None or empty: responses end at eos or `max_tokens` only.
+            tool loop needs the closing tag). None or empty: responses end at eos or `max_tokens` only. One string
+            is taken as a list of one, as vLLM takes it. The transformers engine decodes the response alone, vLLM
+            with the prompt before it: with a SentencePiece tokenizer whose decoder drops a leading space, a stop
+            string starting with a space can match at a response's very first token in vLLM and not in hf.
     """
 
     n: int = 1
@@ -35,6 +38,10 @@ class SamplingParams:
     max_tokens: int = 16
     seed: int | None = None
     stop: list[str] | None = None
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):  # not one stop string per character
+            self.stop = [self.stop]
 
 
 class GenerationAborted(Exception):

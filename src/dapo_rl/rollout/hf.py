@@ -74,9 +74,10 @@ class _StopOnStrings:
     `stops` (the rest of the batch goes on; transformers fills a finished row with padding).
 
     transformers' `StopStringCriteria` proposes (tensor operations over each row's last tokens, no decoding; it
-    returns one flag per row), reading the response alone: prompt tokens and special tokens (eos, padding) are
-    replaced by an id it clamps to its "no match" entry, so a stop string neither straddles the prompt nor matches a
-    special token's name. A proposed row is confirmed by decoding its response (`skip_special_tokens`, as the scorer
+    returns one flag per row), reading the response alone and only its last `maximum_token_len` columns (what it
+    reads itself, `stopping_criteria.py`): the prompt is sliced off, and special tokens (eos, padding) are replaced by
+    an id it clamps to its "no match" entry, so a stop string neither straddles the prompt nor matches a special
+    token's name. Each step costs O(batch x the longest stop string's tokens), not O(batch x response). A proposed row is confirmed by decoding its response (`skip_special_tokens`, as the scorer
     and vLLM decode) and looking for the stop strings there, so the stop is exactly the text's; that decode runs only
     on the steps where a row was proposed.
 
@@ -99,11 +100,13 @@ class _StopOnStrings:
         """Row -> the response's length in tokens when its stop string was confirmed."""
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        gen = input_ids[:, self.width :]
-        special = torch.isin(gen, self.special.to(gen.device))
-        hit = self.matcher(gen.masked_fill(special, self._NO_MATCH), scores)
+        if self.special.device != input_ids.device:  # once: not a host copy each step
+            self.special = self.special.to(input_ids.device)
+        tail = input_ids[:, max(self.width, input_ids.shape[1] - self.matcher.maximum_token_len) :]
+        hit = self.matcher(tail.masked_fill(torch.isin(tail, self.special), self._NO_MATCH), scores)
         if not bool(hit.any()):
             return hit
+        gen = input_ids[:, self.width :]  # a proposed row is confirmed on its whole response
         for row in hit.nonzero().flatten().tolist():
             text = self.tokenizer.decode(gen[row].tolist(), skip_special_tokens=True)
             if row in self.stopped_at or first_stop(text, self.stops) is None:
@@ -342,7 +345,7 @@ class HFRolloutEngine(RolloutEngine):
 
             try:
                 self._stop_matchers[key] = StopStringCriteria(self.tokenizer, stops)
-            except ValueError:  # it found no tokens that can spell one of the strings
+            except Exception:  # noqa: BLE001 (no tokens spell a string, or a tokenizer it cannot read: cut after)
                 self._stop_matchers[key] = None
             if len(self._stop_matchers) > 8:
                 self._stop_matchers.pop(next(iter(self._stop_matchers)))

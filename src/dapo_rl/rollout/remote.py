@@ -275,9 +275,10 @@ def _received(conn, channel: WeightChannel, device: torch.device) -> Iterator[tu
 
 
 class RemoteEngine(RolloutEngine):
-    """The rollout-engine protocol (`generate`, `update_weights`, `sleep`, `check_weight_names`, `close`) served by
-    an engine in a child process (see the module's docstring). Calls are serialised by a lock, so the rollout
-    producer's thread and the trainer's validation can share it; each blocks until the child answers.
+    """A `RolloutEngine` served by an engine in a child process (see the module's docstring): `generate`,
+    `update_weights`, `check_weight_names` and `close` go to the child, `abort` / `clear_abort` stop its `generate` in
+    flight from another thread, `sleep` does nothing here. Calls are serialised by a lock, so the rollout producer's
+    thread and the trainer's validation can share it; each blocks until the child answers.
 
     Args:
         spec: how the child builds its engine.
