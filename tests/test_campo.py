@@ -124,6 +124,9 @@ def test_three_stages_with_a_crash_and_resume_mid_stage(base_model, tmp_path):
     assert [x["step"] for x in rows] == [1, 2, 3, 4, 5, 6]
     assert [x["campo/stage"] for x in rows] == [1, 1, 2, 2, 2, 3]
     assert [x["campo/max_response_length"] for x in rows] == [8, 8, 12, 12, 12, 16]
+    # the stage's clip bounds reached each update (stage 2 sets clip_ratio_high 0.2; the others keep the run's)
+    assert [x["campo/clip_ratio_high"] for x in rows] == [0.28, 0.28, 0.2, 0.2, 0.2, 0.28]
+    assert {x["campo/clip_ratio_low"] for x in rows} == {0.2}
     for x in rows:  # sampling obeyed each stage's limit
         assert x["train/response_length_max"] <= x["campo/max_response_length"]
     assert rows[0]["train/response_clip_ratio"] == 1.0  # "Answer: N" does not fit in 8 tokens

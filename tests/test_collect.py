@@ -54,7 +54,7 @@ def _cfg(verifier: str, *extra: str):
 
 def _episode(tok, pool, overlong=None) -> SingleTurn:
     """The single-turn episode over a pool the test closes (the overlong penalty's L_max: the round's max_tokens)."""
-    return SingleTurn(Scorer(tok, pool, overlong), owns_pool=False)
+    return SingleTurn(Scorer(tok, pool, overlong=overlong), owns_pool=False)
 
 
 def test_dynamic_sampling_keeps_groups_whose_accuracy_varies(parts):

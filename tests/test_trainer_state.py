@@ -107,6 +107,26 @@ def test_checkpoints_newer_than_the_latest_complete_one_without_their_state_are_
         if complete:
             (root / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"x")
     (root / ".tmp_global_step_10").mkdir()  # a save in progress is no checkpoint at all
+    (root / "global_step_12_copy").mkdir()  # a user's copy: no checkpoint either (it used to crash int())
+    (root / "global_step_12_copy" / "trainer_state.pt").write_bytes(b"x")
     assert latest_checkpoint(tmp_path) == root / "global_step_4"
     assert incomplete_checkpoints(tmp_path) == [root / "global_step_6", root / "global_step_8"]
     assert incomplete_checkpoints(tmp_path / "nothing") == []
+
+
+def test_a_setting_newer_than_the_run_at_its_default_is_no_change(tmp_path):
+    """A run saved before `episode:` existed resumes without a warning about it (review of issue 43, n3); set to
+    something else it is a change."""
+    from omegaconf import OmegaConf
+
+    from dapo_rl.config import load_config, resume_config_diff, to_yaml
+
+    cfg = load_config(None, [])
+    saved = OmegaConf.to_container(OmegaConf.create(to_yaml(cfg)))
+    del saved["episode"]
+    path = tmp_path / "config.yaml"
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
+    assert resume_config_diff(path, cfg) == ([], [])
+    cfg.episode.name = "dapo_rl.episode:SingleTurn"
+    refused, harmless = resume_config_diff(path, cfg)
+    assert refused == [] and harmless == ["episode.name: '<absent>' -> 'dapo_rl.episode:SingleTurn'"]

@@ -89,12 +89,17 @@ def _step_of(p: Path) -> int:
     return int(p.name.rsplit("_", 1)[1])
 
 
+def _step_dirs(root: Path) -> list[Path]:
+    """`root`'s `global_step_<N>` entries (N all digits: a copy such as `global_step_10_copy` is no checkpoint)."""
+    return [p for p in root.glob("global_step_*") if p.name.removeprefix("global_step_").isdigit()]
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete `checkpoints/global_step_N` directory of a run, or None."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return None
-    done = [p for p in root.glob("global_step_*") if (p / "trainer_state.pt").is_file()]
+    done = [p for p in _step_dirs(root) if (p / "trainer_state.pt").is_file()]
     return max(done, key=_step_of, default=None)
 
 
@@ -107,7 +112,7 @@ def incomplete_checkpoints(run_dir: Path) -> list[Path]:
         return []
     newest = latest_checkpoint(run_dir)
     floor = _step_of(newest) if newest is not None else -1
-    dirs = [p for p in root.glob("global_step_*") if p.is_dir() and not (p / "trainer_state.pt").is_file()]
+    dirs = [p for p in _step_dirs(root) if p.is_dir() and not (p / "trainer_state.pt").is_file()]
     return sorted((p for p in dirs if _step_of(p) > floor), key=_step_of)
 
 
@@ -155,7 +160,7 @@ def save_checkpoint(
         os.replace(tmp, final)
         (root / "latest_checkpointed_iteration.txt").write_text(str(step))
         if keep > 0:
-            for old in sorted(root.glob("global_step_*"), key=_step_of)[:-keep]:
+            for old in sorted(_step_dirs(root), key=_step_of)[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
     barrier(ctx)
     return final
@@ -248,7 +253,7 @@ def intact_before(ckpt: Path) -> Path | None:
     """The newest checkpoint of the same run older than `ckpt` whose files are intact (`checkpoint_problem`)."""
     older = [
         p
-        for p in Path(ckpt).parent.glob("global_step_*")
+        for p in _step_dirs(Path(ckpt).parent)
         if (p / "trainer_state.pt").is_file() and _step_of(p) < _step_of(Path(ckpt))
     ]
     for p in sorted(older, key=_step_of, reverse=True):
@@ -302,8 +307,12 @@ def check_resumable(ckpt: Path, ctx: DistContext | None = None) -> None:
     """
     ctx = ctx or DistContext()
     message = None
-    if ctx.rank == 0 and (Path(ckpt) / "dcp").is_dir() and (problem := checkpoint_problem(ckpt)) is not None:
-        message = str(damaged_checkpoint_error(ckpt, problem))
+    if ctx.rank == 0:
+        try:  # whatever happens here, the other ranks must not wait in the broadcast for nothing
+            if (Path(ckpt) / "dcp").is_dir() and (problem := checkpoint_problem(ckpt)) is not None:
+                message = str(damaged_checkpoint_error(ckpt, problem))
+        except Exception as e:  # noqa: BLE001 (an unreadable directory: named)
+            message = f"checkpoint {ckpt} cannot be checked ({type(e).__name__}: {e})"
     message = broadcast_object(message, ctx)
     if message is not None:
         raise ConfigError(message)

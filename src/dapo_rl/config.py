@@ -483,8 +483,13 @@ class EpisodeConfig:
     `module:Class`, your own `dapo_rl.episode.Episode` subclass, imported when named (docs/extending.md)."""
 
     def check(self) -> None:
-        """Raises: ConfigError: an unknown `episode.name`, or a `module:Class` that does not import or is no class
-        with the episode's `build` and `sample`."""
+        """The builder's own test (`dapo_rl.episode.episode_type`), made here without importing the episode wing:
+        a shipped name, or a `module:Class` that imports and subclasses `dapo_rl.episode.Episode`.
+
+        Raises:
+            ConfigError: an unknown `episode.name`, a module that fails to import (any error, named), or a `Class`
+                that is not an episode type.
+        """
         if ":" not in self.name:
             _choice(self.name, EPISODE_NAMES, "episode.name")
             return
@@ -493,13 +498,12 @@ class EpisodeConfig:
         module, _, attr = self.name.partition(":")
         try:
             kind = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"episode.name={self.name!r} could not be imported: {e}") from e
-        if not (
-            isinstance(kind, type)
-            and callable(getattr(kind, "build", None))
-            and callable(getattr(kind, "sample", None))
-        ):
+        except Exception as e:  # noqa: BLE001 (a user module's own error at import: named, not a traceback)
+            raise ConfigError(
+                f"episode.name={self.name!r} could not be imported: {type(e).__name__}: {e}"
+            ) from e
+        bases = getattr(kind, "__mro__", ())
+        if not any(c.__module__ == "dapo_rl.episode.base" and c.__name__ == "Episode" for c in bases):
             raise ConfigError(
                 f"episode.name={self.name!r} is not an episode type (dapo_rl.episode.Episode subclass)"
             )
@@ -1386,7 +1390,8 @@ world size shares the prompts out differently (the trainer says so). A key endin
 RESUME_CHANGES_SAMPLES: dict[str, str] = {
     "rollout.micro_batch_size": "the hf engine spends each round's seed over other chunks: other samples",
     "reward.timeout_s": "another set of slow answers times out and scores -1",
-    "rollout.n_gpus_per_node": "each round is split between another number of engines, each with its own seed",
+    "rollout.n_gpus_per_node": "each round is split between another number of engines (vLLM: the same requests'"
+    " seeds; transformers: other micro-batch boundaries, other samples)",
 }
 """Keys of `HARMLESS_ON_RESUME` whose change makes the resumed run draw other samples or rewards than an
 uninterrupted run would (the same experiment, not the same numbers), with the reason the warning gives."""
@@ -1426,7 +1431,7 @@ def resume_config_diff(saved_yaml: str | os.PathLike, cfg: Config) -> tuple[list
     Returns:
         `(refused, harmless)`: lines `key: saved -> now` for changed settings that change the run's meaning (the
         algorithm, data, model, sampling, optimisation, seed) and for those in `HARMLESS_ON_RESUME` or absent from
-        the saved file (a setting newer than the run); keys of `REMOVED_OPTIONS` at their old defaults make one
+        the saved file (a setting newer than the run, unless at its default); keys of `REMOVED_OPTIONS` at their old defaults make one
         harmless line.
 
     Raises:
@@ -1451,10 +1456,13 @@ def resume_config_diff(saved_yaml: str | os.PathLike, cfg: Config) -> tuple[list
         harmless.append(
             f"{', '.join(removed)}: at their old defaults in the saved config, ignored ({REMOVED_NOTE})"
         )
+    defaults = _flatten(OmegaConf.to_container(OmegaConf.structured(Config())))
     for key in sorted((set(saved) - set(removed)) | set(now)):
         before, after = saved.get(key, "<absent>"), now.get(key, "<absent>")
         if before == after:
             continue
+        if key not in saved and key in defaults and after == defaults[key]:
+            continue  # a setting newer than the run, at its default: what the run did without it
         line = f"{key}: {before!r} -> {after!r}"
         if key not in saved or any(
             key == h or (h.endswith(".") and key.startswith(h)) for h in HARMLESS_ON_RESUME

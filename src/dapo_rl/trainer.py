@@ -343,7 +343,10 @@ class Trainer:
         # vLLM seeds the process-wide generators with its engine seed (`Worker.init_device`), the same on every rank
         # of a tensor-parallel group: give each rank its own stream back
         seed_everything(cfg.trainer.seed + ctx.rank)
-        self.episode = build_episode(cfg, self.tokenizer, self.log)
+        try:
+            self.episode = build_episode(cfg, self.tokenizer, self.log)
+        except ValueError as e:  # a bad episode type or reward setting that passed the config check
+            raise ConfigError(f"episode: {e}") from e
         self.campo = CampoSchedule(cfg.algorithm.campo) if cfg.algorithm.campo.enable else None
         if ckpt is not None:
             self._resume_from(ckpt)
@@ -414,9 +417,12 @@ class Trainer:
             )
 
     def _setup_run_dir(self, resume: bool) -> Path | None:
-        """The checkpoint to resume from (None: a new run), after checking the run directory."""
-        ckpt = latest_checkpoint(self.out)
-        passed = incomplete_checkpoints(self.out) if resume else []
+        """The checkpoint to resume from (None: a new run), after checking the run directory. Rank 0 looks and every
+        rank takes its answer (a collective), so all ranks check, load and refuse alike."""
+        found = latest_checkpoint(self.out) if self.ctx.rank == 0 else None
+        found = broadcast_object(None if found is None else str(found), self.ctx)
+        ckpt = None if found is None else Path(found)
+        passed = incomplete_checkpoints(self.out) if resume and self.ctx.rank == 0 else []
         if resume and ckpt is None:
             raise ConfigError(
                 f"--resume: no checkpoint under {self.out / 'checkpoints'}"
@@ -713,8 +719,8 @@ class Trainer:
         batch = make_train_batch(groups, self.step_cfg, self.tokenizer.pad_token_id, self.step, ctx)
         if self.engine is not None:
             self.engine.sleep()
-        a = self.step_cfg.algorithm
-        upd = self.actor.update(batch, clip_ratio=(a.clip_ratio_low, a.clip_ratio_high))
+        clip = (self.step_cfg.algorithm.clip_ratio_low, self.step_cfg.algorithm.clip_ratio_high)
+        upd = self.actor.update(batch, clip_ratio=clip)
         t2 = time.perf_counter()
         if self.async_k > 0:
             self._publish_weights()
@@ -759,6 +765,8 @@ class Trainer:
         )
         if self.campo is not None:
             metrics.update(self.campo.metrics())
+            # the bounds this update was given (the stage's: Eq. 10's epsilon_low, epsilon_high)
+            metrics["campo/clip_ratio_low"], metrics["campo/clip_ratio_high"] = clip
         return metrics
 
     def _next_async_batch(self) -> tuple[list[PromptGroup], dict]:

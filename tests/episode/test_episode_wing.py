@@ -103,7 +103,7 @@ def test_the_overlong_penalty_without_the_rounds_limit_is_an_error(parts):
     tok = parts[0]
     cfg = _cfg()
     with build_episode(cfg, tok) as episode:
-        scorer = Scorer(tok, episode.pool, cfg.algorithm.overlong_buffer)
+        scorer = Scorer(tok, episode.pool, overlong=cfg.algorithm.overlong_buffer)
         from dapo_rl.episode import Rollout
 
         r = Rollout(parts[2].samples[0], 0, 0, response_ids=tok("Answer: 1")["input_ids"])
@@ -116,10 +116,13 @@ def test_the_overlong_penalty_without_the_rounds_limit_is_an_error(parts):
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("no_such_module:X", r"^episode.name='no_such_module:X' could not be imported: No module named"),
+        (
+            "no_such_module:X",
+            r"^episode.name='no_such_module:X' could not be imported: ModuleNotFoundError: No module named",
+        ),
         (
             "dapo_rl.episode:Nope",
-            r"^episode.name='dapo_rl.episode:Nope' could not be imported: .*no attribute 'Nope'",
+            r"^episode.name='dapo_rl.episode:Nope' could not be imported: AttributeError: .*no attribute 'Nope'",
         ),
         ("dapo_rl.episode:Scorer", r"^episode.name='dapo_rl.episode:Scorer' is not an episode type"),
     ],
@@ -133,3 +136,22 @@ def test_a_user_episode_type_is_named_module_colon_class(name, message):
     with pytest.raises(ValueError):
         episode_type(name)
     assert episode_type("dapo_rl.episode:SingleTurn") is SingleTurn is episode_type("single_turn")
+
+
+def test_the_config_refuses_what_the_builder_refuses(tmp_path, monkeypatch):
+    """Review of issue 43, m3: a class with `build` and `sample` but no `Episode` base passed the config check and
+    failed in the builder, after the engine was built; a module that raises on import gave a traceback."""
+    (tmp_path / "duck_episodes.py").write_text(
+        "class Duck:\n    @classmethod\n    def build(cls, *a):\n        pass\n\n    def sample(self, *a):\n"
+        "        pass\n"
+    )
+    (tmp_path / "broken_episodes.py").write_text("raise RuntimeError('broken at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^episode.name='duck_episodes:Duck' is not an episode type"):
+        load_config(None, ["episode.name=duck_episodes:Duck"])
+    with pytest.raises(ConfigError, match=r"could not be imported: RuntimeError: broken at import$"):
+        load_config(None, ["episode.name=broken_episodes:X"])
+    from dapo_rl.episode import episode_type
+
+    with pytest.raises(ValueError, match="not a subclass"):
+        episode_type("duck_episodes:Duck")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
@@ -34,6 +34,7 @@ class Scorer:
 
     tokenizer: object
     pool: object
+    _: KW_ONLY
     overlong: OverlongBufferConfig | None = None
     repetition: RepetitionPenaltyConfig | None = None
     log: Callable[[str], None] | None = None
@@ -52,6 +53,9 @@ class Scorer:
         Raises:
             ValueError: the overlong buffer is on and `max_tokens` is not given.
         """
+        shaped = self.overlong is not None and self.overlong.enable
+        if shaped and max_tokens <= 0:  # before the pool call, not after it
+            raise ValueError("the overlong penalty needs the round's max_tokens (L_max of Eq. 13)")
         if not rollouts:
             return
         # a served model's responses arrive as text (no token ids); the others are decoded here
@@ -88,9 +92,7 @@ class Scorer:
                     f"reward: a response could not be scored and counts as wrong ({res['error']}); further errors "
                     "are only counted in reward/error_rate"
                 )
-        if self.overlong is not None and self.overlong.enable:
-            if max_tokens <= 0:
-                raise ValueError("the overlong penalty needs the round's max_tokens (L_max of Eq. 13)")
+        if shaped:
             pen = overlong_penalty(
                 torch.tensor([r.response_length for r in rollouts]),
                 max_tokens,
@@ -202,7 +204,13 @@ class SingleTurn(Episode):
         """The episode of a run's config: its reward pool, `algorithm.overlong_buffer` and
         `reward.repetition_penalty` (`build_episode`)."""
         return cls(
-            Scorer(tokenizer, pool, cfg.algorithm.overlong_buffer, cfg.reward.repetition_penalty, log=log)
+            Scorer(
+                tokenizer,
+                pool,
+                overlong=cfg.algorithm.overlong_buffer,
+                repetition=cfg.reward.repetition_penalty,
+                log=log,
+            )
         )
 
     def sample(self, engine, dataset, indices, params, *, overlap: bool = False):
