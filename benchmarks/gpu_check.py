@@ -1248,19 +1248,19 @@ class E2EProbe:
         orig = getattr(obj, name)
         setattr(obj, name, lambda *a, **k: wrapper(orig, *a, **k))
 
-    def _chunks(self, orig, prompts, params):
-        for chunk in orig(prompts, params):
+    def _chunks(self, orig, prompts, params, **kwargs):
+        for chunk in orig(prompts, params, **kwargs):
             self.group_sizes.append((params.n, [len(g) for g in chunk]))
             yield chunk
 
-    def _update(self, orig, batch):
+    def _update(self, orig, batch, **kwargs):
         counts: dict[tuple[int, ...], int] = {}
         for ids, plen in zip(batch.input_ids.tolist(), batch.prompt_lens.tolist()):
             key = tuple(ids[:plen])
             counts[key] = counts.get(key, 0) + 1
         self.batches.append((len(batch), sorted(counts.values())))
         self.before_last_update = full_params(self.trainer.actor.model)
-        return orig(batch)
+        return orig(batch, **kwargs)
 
     def _update_weights(self, orig, named):
         orig(named)
