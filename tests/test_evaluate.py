@@ -157,6 +157,37 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tm
     assert "--limit=0 must be >= 1" in capsys.readouterr().err
 
 
+def test_dapo_eval_reports_responses_the_verifier_could_not_score(model_dir, tmp_path, monkeypatch, capsys):
+    """A verifier that raises: its share per dataset in summary.json and on stderr, the first error's message once,
+    and exit 1 when it scored nothing (the accuracies would be zeros that mean nothing)."""
+    (tmp_path / "flaky_rewards.py").write_text(
+        "def half(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if int(ground_truth) % 2:\n"
+        "        raise KeyError('no table for ' + ground_truth)\n"
+        "    return 0.0\n"
+        "def broken(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    raise KeyError('no table')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tmp_path / "mini.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    argv = ["eval", "--model", str(model_dir), "--data", str(data), "--n", "2", "--max-tokens", "4"]
+    argv += ["--num-workers", "0"]
+    assert main([*argv, "--verifier", "flaky_rewards:half", "--output", str(tmp_path / "half")]) == 0
+    err = capsys.readouterr().err
+    summary = json.loads((tmp_path / "half" / "summary.json").read_text())["mini"]
+    assert (summary["error_rate"], summary["timeout_rate"]) == (0.5, 0.0)  # answers 1 and 3 of 1..4
+    assert err.count("could not be scored and counts as wrong (KeyError") == 1  # the first error, once
+    assert "dapo eval: warning: mini: 50.0% of the responses could not be scored" in err
+    gens = [json.loads(x) for x in (tmp_path / "half" / "generations.jsonl").read_text().splitlines()]
+    assert sorted(g["status"] for g in gens) == ["error"] * 4 + ["ok"] * 4
+    assert main([*argv, "--verifier", "flaky_rewards:broken", "--output", str(tmp_path / "broken")]) == 1
+    err = capsys.readouterr().err
+    assert "mini: 100.0% of the responses could not be scored" in err
+    assert "error: the verifier flaky_rewards:broken scored none of the responses" in err
+    assert json.loads((tmp_path / "broken" / "summary.json").read_text())["mini"]["error_rate"] == 1.0
+
+
 def test_dapo_eval_names_a_split_file_by_its_folder(model_dir, tmp_path):
     (tmp_path / "sums").mkdir()
     data = tmp_path / "sums" / "test.jsonl"

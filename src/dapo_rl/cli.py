@@ -798,7 +798,8 @@ def _eval(args) -> int:
     )
     summary = {}
     # evaluation reports the verifier's score: no shaping (`Episode.unshaped`)
-    with build_episode(Config(reward=reward), tok) as episode, open(gen_path, "a") as fh:
+    say = lambda m: print(f"dapo eval: {m}", file=sys.stderr)  # noqa: E731
+    with build_episode(Config(reward=reward), tok, log=say) as episode, open(gen_path, "a") as fh:
 
         def append(records):
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
@@ -841,6 +842,25 @@ def _eval(args) -> int:
     )
     print(format_table(summary))
     print(f"dapo eval: {gen_path}, {out / 'summary.json'}, {out / 'report.md'}")
+    return _unscored(summary, gen_path, reward.name)
+
+
+def _unscored(summary: dict[str, dict[str, float]], gen_path: Path, verifier: str) -> int:
+    """`dapo eval`'s exit status: 0, or 1 when the verifier scored none of the responses (every one an error or a
+    timeout: the accuracies are not measurements). A dataset with some unscored responses is named on stderr."""
+    unscored = {k: m["error_rate"] + m["timeout_rate"] for k, m in summary.items()}
+    for name, share in unscored.items():
+        if share > 0:
+            m = summary[name]
+            print(
+                f"dapo eval: warning: {name}: {share:.1%} of the responses could not be scored and count as wrong "
+                f"(verifier {verifier}: errors {m['error_rate']:.1%}, timeouts {m['timeout_rate']:.1%}; "
+                f"the rows with status error/timeout in {gen_path})",
+                file=sys.stderr,
+            )
+    if unscored and all(share == 1.0 for share in unscored.values()):
+        print(f"dapo eval: error: the verifier {verifier} scored none of the responses", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -124,7 +124,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
     Returns:
         `avg@n`, `avg@n_stderr` (standard error over problems: the sd of the per-problem mean accuracy over
         sqrt(problems)), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
-        `response_length_mean`, `truncation_rate`.
+        `response_length_mean`, `truncation_rate`, `error_rate` and `timeout_rate` (shares of the samples the
+        verifier raised on or was killed on: `Rollout.status`; they count as wrong).
 
     Raises:
         ValueError: a problem without exactly n samples.
@@ -158,6 +159,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
     out["num_samples"] = len(records)
     out["response_length_mean"] = float(np.mean([r.response_length for r in records]))
     out["truncation_rate"] = float(np.mean([r.truncated for r in records]))
+    out["error_rate"] = float(np.mean([r.status == "error" for r in records]))
+    out["timeout_rate"] = float(np.mean([r.status == "timeout" for r in records]))
     return out
 
 

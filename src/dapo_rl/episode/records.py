@@ -93,6 +93,7 @@ class Rollout:
             "response_length": self.response_length,
             "finish_reason": self.finish_reason,
             "vote": self.vote,
+            "status": self.status,
         }
 
     TOKEN_FIELDS: ClassVar[tuple[str, ...]] = ("response_ids", "logprobs", "loss_mask")
@@ -157,6 +158,7 @@ class Rollout:
             reward=float(r["score"]),
             response_length=int(r["response_length"]),
             vote=str(r.get("vote", "")),
+            status=str(r.get("status", "ok")),  # files written before 2026-12-06 lack it
         )
 
 
