@@ -84,7 +84,10 @@ def test_wrong_type_is_a_config_error():
             "reward.num_workers=100000",
             r"^reward.num_workers=100000 must be >= 0 \(0: score in this process\) and <= 512$",
         ),
-        ("episode.name=tool_loop", r"^episode.name='tool_loop' is not one of single_turn$"),
+        (
+            "episode.name=tool_loop",
+            r"^episode.name='tool_loop' is not one of single_turn, or module:Class \(your own episode type\)$",
+        ),
         # a zero threshold divided by zero here (ZeroDivisionError) before it was refused
         (
             "algorithm.rollout_correction.rollout_is_threshold=0",

@@ -170,7 +170,9 @@ def test_dapo_eval_reports_responses_the_verifier_could_not_score(model_dir, tmp
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     data = tmp_path / "mini.jsonl"
-    data.write_text("".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(4))
+    )
     argv = ["eval", "--model", str(model_dir), "--data", str(data), "--n", "2", "--max-tokens", "4"]
     argv += ["--num-workers", "0"]
     assert main([*argv, "--verifier", "flaky_rewards:half", "--output", str(tmp_path / "half")]) == 0

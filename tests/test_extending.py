@@ -24,5 +24,7 @@ def test_the_page_has_an_example_for_each_kind():
 def test_each_example_runs_as_written(k, tmp_path):
     script = tmp_path / f"{NAMES[k]}.py"
     script.write_text(BLOCKS[k])
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, f"{PAGE} block {k} ({NAMES[k]}):\n{done.stderr[-4000:]}"

@@ -491,7 +491,11 @@ class EpisodeConfig:
                 that is not an episode type.
         """
         if ":" not in self.name:
-            _choice(self.name, EPISODE_NAMES, "episode.name")
+            if self.name not in EPISODE_NAMES:
+                raise ConfigError(
+                    f"episode.name={self.name!r} is not one of {', '.join(EPISODE_NAMES)}, "
+                    "or module:Class (your own episode type)"
+                )
             return
         import importlib
 

@@ -95,7 +95,10 @@ def test_the_registry_and_the_config_know_the_same_names():
     assert tuple(EPISODES) == EPISODE_NAMES == ("single_turn",)
     with pytest.raises(ValueError, match="already registered"):
         register_episode(SingleTurn)
-    with pytest.raises(ConfigError, match=r"^episode.name='multi' is not one of single_turn$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^episode.name='multi' is not one of single_turn, or module:Class \(your own episode type\)$",
+    ):
         load_config(None, ["episode.name=multi"])
 
 

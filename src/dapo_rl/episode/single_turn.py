@@ -217,7 +217,9 @@ class SingleTurn(Episode):
         return sample_and_score(engine, self.scorer, dataset, indices, params, overlap)
 
     def unshaped(self) -> SingleTurn:
-        return SingleTurn(Scorer(self.scorer.tokenizer, self.scorer.pool, log=self.scorer.log), owns_pool=False)
+        return SingleTurn(
+            Scorer(self.scorer.tokenizer, self.scorer.pool, log=self.scorer.log), owns_pool=False
+        )
 
     @property
     def pool(self):
