@@ -190,14 +190,28 @@ def test_dapo_eval_reports_responses_the_verifier_could_not_score(model_dir, tmp
     assert json.loads((tmp_path / "broken" / "summary.json").read_text())["mini"]["error_rate"] == 1.0
 
 
-def test_dapo_eval_names_a_split_file_by_its_folder(model_dir, tmp_path):
+def test_dapo_eval_names_a_split_file_by_its_folder(model_dir, tmp_path, capsys):
+    """One problem: the set named by folder and file; no standard error (null, `-` in the table, "one problem" in
+    the report: a spread over one problem is undefined, not 0); the console table one metric per line."""
     (tmp_path / "sums").mkdir()
     data = tmp_path / "sums" / "test.jsonl"
     data.write_text(json.dumps({"problem": "1 + 1 =", "answer": "2"}) + "\n")
     out = tmp_path / "out"
     argv = ["eval", "--model", str(model_dir), "--data", str(data), "--max-tokens", "4", "--output", str(out)]
     assert main(argv) == 0
-    assert list(json.loads((out / "summary.json").read_text())) == ["sums_test"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary) == ["sums_test"] and summary["sums_test"]["avg@1_stderr"] is None
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["metric", "sums_test"]
+    assert table[2].split() == ["avg@1_stderr", "-"] and table[3].split() == [
+        "pass@1",
+        f"{summary['sums_test']['pass@1']:.4f}",
+    ]
+    assert max(map(len, table[:-1])) < 40
+    assert (
+        "| sums_test | 1 | " in (out / "report.md").read_text()
+        and " (one problem) |" in (out / "report.md").read_text()
+    )
     assert json.loads((out / "generations.jsonl").read_text())["dataset"] == "sums_test"
 
 

@@ -123,7 +123,7 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
 
     Returns:
         `avg@n`, `avg@n_stderr` (standard error over problems: the sd of the per-problem mean accuracy over
-        sqrt(problems)), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
+        sqrt(problems); None for one problem), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
         `response_length_mean`, `truncation_rate`, `error_rate` and `timeout_rate` (shares of the samples the
         verifier raised on or was killed on: `Rollout.status`; they count as wrong).
 
@@ -139,8 +139,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
         rs.sort(key=lambda r: r.sample_idx)
     out: dict[str, float] = {f"avg@{n}": float(np.mean([r.acc for r in records]))}
     per_problem = [float(np.mean([r.acc for r in rs])) for rs in by_problem.values()]
-    out[f"avg@{n}_stderr"] = (
-        float(np.std(per_problem, ddof=1) / math.sqrt(len(per_problem))) if len(per_problem) > 1 else 0.0
+    out[f"avg@{n}_stderr"] = (  # undefined for one problem (no spread to estimate), not 0
+        float(np.std(per_problem, ddof=1) / math.sqrt(len(per_problem))) if len(per_problem) > 1 else None
     )
     for k in ks_up_to(n):
         out[f"pass@{k}"] = float(
@@ -326,8 +326,11 @@ def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, m in summary.items():
+        se = m[f"avg@{n}_stderr"]
         lines.append(
-            f"| {name} | {m['num_problems']} | {m[f'avg@{n}']:.4f} ± {m[f'avg@{n}_stderr']:.4f} "
+            f"| {name} | {m['num_problems']} | {m[f'avg@{n}']:.4f}"
+            + (" (one problem)" if se is None else f" ± {se:.4f}")
+            + " "
             f"| {m[f'pass@{n}']:.4f} | {m[f'maj@{n}']:.4f} | {m['response_length_mean']:.1f} "
             f"| {m['truncation_rate']:.3f} | {m.get('dropped_prompts', 0)} |"
         )
@@ -335,17 +338,20 @@ def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s
 
 
 def format_table(summary: dict[str, dict[str, float]]) -> str:
-    """A plain-text table: one row per dataset, one column per metric."""
+    """A plain-text table for the console: one row per metric, one column per dataset (a dataset's summary has
+    20-odd metrics; a set of datasets is a few columns). Floats with 4 decimals; a metric a dataset lacks, or None
+    (the standard error of one problem), is `-`."""
     names = list(summary)
-    cols: list[str] = []
+    metrics: list[str] = []
     for m in summary.values():
-        cols += [k for k in m if k not in cols]
-    width = max(12, *(len(n) for n in names))
-    lines = [f"{'dataset':<{width}}" + "".join(f"{c:>22}" for c in cols)]
-    for n in names:
-        cells = []
-        for c in cols:
-            v = summary[n].get(c)
-            cells.append(f"{'':>22}" if v is None else f"{v:>22.4f}" if isinstance(v, float) else f"{v:>22}")
-        lines.append(f"{n:<{width}}" + "".join(cells))
-    return "\n".join(lines)
+        metrics += [k for k in m if k not in metrics]
+
+    def cell(v) -> str:
+        return "-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+    grid = [["metric", *names]] + [[k, *(cell(summary[n].get(k)) for n in names)] for k in metrics]
+    widths = [max(len(row[c]) for row in grid) for c in range(len(grid[0]))]
+    return "\n".join(
+        "  ".join(x.ljust(w) if c == 0 else x.rjust(w) for c, (x, w) in enumerate(zip(row, widths))).rstrip()
+        for row in grid
+    )

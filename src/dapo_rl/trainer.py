@@ -690,7 +690,7 @@ class Trainer:
         m = dataset_metrics(records, n)
         out = {f"val/{ds.name}/acc": m[f"avg@{n}"]}
         keys = [k for k in m if k.startswith(("avg@", "pass@", "maj@"))] if n > 1 else [f"avg@{n}"]
-        out.update({f"val/{ds.name}/{k}": m[k] for k in keys})
+        out.update({f"val/{ds.name}/{k}": m[k] for k in keys if m[k] is not None})  # one problem: no stderr
         out[f"val/{ds.name}/response_length_mean"] = m["response_length_mean"]
         return out
 
