@@ -137,7 +137,7 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tm
     assert report[0] == f"# dapo eval: `{model_dir}`"
     assert (
         report[4]
-        == "| dataset | problems | avg@3 | pass@3 | maj@3 | mean length | truncated | dropped prompts |"
+        == "| dataset | problems | avg@3 | pass@3 | maj@3 | mean length | truncated | unscored | dropped prompts |"
     )
     assert report[6].startswith(f"| mini | 5 | {summary['avg@3']:.4f} ± {summary['avg@3_stderr']:.4f} | ")
     # a rerun skips finished problems: nothing is generated again, and it says so; with nothing to sample it does
@@ -158,15 +158,13 @@ def test_dapo_eval_summary_recomputes_from_generations_and_resumes(model_dir, tm
 
 
 def test_dapo_eval_reports_responses_the_verifier_could_not_score(model_dir, tmp_path, monkeypatch, capsys):
-    """A verifier that raises: its share per dataset in summary.json and on stderr, the first error's message once,
-    and exit 1 when it scored nothing (the accuracies would be zeros that mean nothing)."""
+    """A verifier that raises: its share per dataset in summary.json, report.md and on stderr, the first error's
+    message once, and exit 5 when it scored none of a dataset (its accuracies would be zeros that mean nothing)."""
     (tmp_path / "flaky_rewards.py").write_text(
         "def half(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    if int(ground_truth) % 2:\n"
         "        raise KeyError('no table for ' + ground_truth)\n"
         "    return 0.0\n"
-        "def broken(data_source, solution_str, ground_truth, extra_info=None):\n"
-        "    raise KeyError('no table')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     data = tmp_path / "mini.jsonl"
@@ -183,11 +181,30 @@ def test_dapo_eval_reports_responses_the_verifier_could_not_score(model_dir, tmp
     assert "dapo eval: warning: mini: 50.0% of the responses could not be scored" in err
     gens = [json.loads(x) for x in (tmp_path / "half" / "generations.jsonl").read_text().splitlines()]
     assert sorted(g["status"] for g in gens) == ["error"] * 4 + ["ok"] * 4
-    assert main([*argv, "--verifier", "flaky_rewards:broken", "--output", str(tmp_path / "broken")]) == 1
+    report = (tmp_path / "half" / "report.md").read_text()
+    assert (
+        "| truncated | unscored |" in report and f"| {summary['truncation_rate']:.3f} | 0.500 | 0 |" in report
+    )
+    # one dataset the verifier scored nothing of, beside one it scored: exit 5, that dataset named
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(
+        "".join(json.dumps({"problem": f"{i} + 2 =", "answer": str(i + 2)}) + "\n" for i in (1, 3))
+    )
+    both = [*argv, "--data", str(odd), "--verifier", "flaky_rewards:half", "--output", str(tmp_path / "both")]
+    assert main(both) == 5
     err = capsys.readouterr().err
-    assert "mini: 100.0% of the responses could not be scored" in err
-    assert "error: the verifier flaky_rewards:broken scored none of the responses" in err
-    assert json.loads((tmp_path / "broken" / "summary.json").read_text())["mini"]["error_rate"] == 1.0
+    assert "odd: 100.0% of the responses could not be scored" in err and "mini: 50.0%" in err
+    assert err.count("counts as wrong (KeyError") == 1  # once for the whole evaluation, not once per dataset
+    assert err.rstrip().endswith("error: the verifier flaky_rewards:half scored none of the responses of odd")
+    assert json.loads((tmp_path / "both" / "summary.json").read_text())["odd"]["error_rate"] == 1.0
+    # generations written before `status` existed: the unscored share is unknown, not 0
+    gen = tmp_path / "half" / "generations.jsonl"
+    gen.write_text("".join(json.dumps({k: v for k, v in g.items() if k != "status"}) + "\n" for g in gens))
+    assert main([*argv, "--verifier", "flaky_rewards:half", "--output", str(tmp_path / "half")]) == 0
+    err = capsys.readouterr().err
+    assert "mini: some generations in" in err and "is unknown" in err and "warning" not in err
+    summary = json.loads((tmp_path / "half" / "summary.json").read_text())["mini"]
+    assert summary["error_rate"] is None and " | ? | 0 |" in (tmp_path / "half" / "report.md").read_text()
 
 
 def test_dapo_eval_names_a_split_file_by_its_folder(model_dir, tmp_path, capsys):

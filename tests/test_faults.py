@@ -111,7 +111,7 @@ def test_the_first_scoring_error_of_a_run_is_logged_once():
             assert [(r.status, r.reward, r.acc) for r in rollouts] == [("error", -1.0, False)] * 3
     assert lines == [
         "reward: a response could not be scored and counts as wrong (ValueError: the verifier returned a score "
-        "that is not a finite number: nan); further errors are only counted in reward/error_rate"
+        "that is not a finite number: nan); further errors are counted, not printed (training: reward/error_rate; dapo eval: error_rate)"
     ]
 
 

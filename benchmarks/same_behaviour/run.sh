@@ -10,7 +10,10 @@ C=$1; O=$(realpath -m "$2")
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 PY=$REPO/.venv/bin/python
 WT=$(mktemp -d /tmp/same-behaviour-wt.XXXX)
-rm -rf "$O"; mkdir -p "$O"
+if [ -e "$O" ] && [ -n "$(ls -A "$O")" ] && [ ! -f "$O/.same_behaviour" ]; then
+  echo "$O is not empty and not an earlier run.sh output: refusing to replace it"; exit 1
+fi
+rm -rf "$O"; mkdir -p "$O"; touch "$O/.same_behaviour"
 git -C "$REPO" worktree add --detach "$WT" "$C" >/dev/null 2>&1 || { echo "no commit $C"; exit 1; }
 trap 'git -C "$REPO" worktree remove --force "$WT"' EXIT
 cd "$WT"

@@ -805,6 +805,7 @@ def _eval(args) -> int:
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)
             fh.flush()
 
+        scoring = episode.unshaped()  # one for all datasets: the first verifier error is printed once
         for es, ds, done in todo:
             if done:
                 print(
@@ -821,7 +822,7 @@ def _eval(args) -> int:
                 engine,
                 ds,
                 params,
-                episode.unshaped(),
+                scoring,
                 done=done,
                 on_records=append,
                 progress=bar.update,
@@ -845,22 +846,34 @@ def _eval(args) -> int:
     return _unscored(summary, gen_path, reward.name)
 
 
-def _unscored(summary: dict[str, dict[str, float]], gen_path: Path, verifier: str) -> int:
-    """`dapo eval`'s exit status: 0, or 1 when the verifier scored none of the responses (every one an error or a
-    timeout: the accuracies are not measurements). A dataset with some unscored responses is named on stderr."""
-    unscored = {k: m["error_rate"] + m["timeout_rate"] for k, m in summary.items()}
-    for name, share in unscored.items():
+def _unscored(summary: dict[str, dict[str, float | None]], gen_path: Path, verifier: str) -> int:
+    """`dapo eval`'s exit status: 0, or 5 when the verifier scored none of a dataset's responses (every one an
+    error or a timeout: its accuracies are not measurements; an exception of our own exits 1). A dataset with
+    unscored responses is named on stderr, and one whose generations predate the `status` field is noted."""
+    unscored = {}
+    for name, m in summary.items():
+        if m["error_rate"] is None:
+            print(
+                f"dapo eval: note: {name}: some generations in {gen_path} were written before 2026-12-06 without "
+                "`status`; how many the verifier could not score is unknown (a new --output scores them afresh)",
+                file=sys.stderr,
+            )
+            continue
+        unscored[name] = share = m["error_rate"] + m["timeout_rate"]
         if share > 0:
-            m = summary[name]
             print(
                 f"dapo eval: warning: {name}: {share:.1%} of the responses could not be scored and count as wrong "
                 f"(verifier {verifier}: errors {m['error_rate']:.1%}, timeouts {m['timeout_rate']:.1%}; "
                 f"the rows with status error/timeout in {gen_path})",
                 file=sys.stderr,
             )
-    if unscored and all(share == 1.0 for share in unscored.values()):
-        print(f"dapo eval: error: the verifier {verifier} scored none of the responses", file=sys.stderr)
-        return 1
+    nothing = [name for name, share in unscored.items() if share == 1.0]
+    if nothing:
+        print(
+            f"dapo eval: error: the verifier {verifier} scored none of the responses of {', '.join(nothing)}",
+            file=sys.stderr,
+        )
+        return 5
     return 0
 
 

@@ -113,7 +113,7 @@ def ks_up_to(n: int) -> list[int]:
     return ks + ([n] if n not in ks else [])
 
 
-def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
+def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | None]:
     """Metrics of one dataset from its scored rollouts.
 
     Args:
@@ -125,7 +125,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
         `avg@n`, `avg@n_stderr` (standard error over problems: the sd of the per-problem mean accuracy over
         sqrt(problems); None for one problem), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
         `response_length_mean`, `truncation_rate`, `error_rate` and `timeout_rate` (shares of the samples the
-        verifier raised on or was killed on: `Rollout.status`; they count as wrong).
+        verifier raised on or was killed on: `Rollout.status`; they count as wrong; None when a record's status is
+        `unknown`).
 
     Raises:
         ValueError: a problem without exactly n samples.
@@ -159,8 +160,9 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float]:
     out["num_samples"] = len(records)
     out["response_length_mean"] = float(np.mean([r.response_length for r in records]))
     out["truncation_rate"] = float(np.mean([r.truncated for r in records]))
-    out["error_rate"] = float(np.mean([r.status == "error" for r in records]))
-    out["timeout_rate"] = float(np.mean([r.status == "timeout" for r in records]))
+    known = all(r.status != "unknown" for r in records)  # generations.jsonl lines from before `status`
+    out["error_rate"] = float(np.mean([r.status == "error" for r in records])) if known else None
+    out["timeout_rate"] = float(np.mean([r.status == "timeout" for r in records])) if known else None
     return out
 
 
@@ -309,10 +311,13 @@ def evaluate_dataset(
     return records
 
 
-def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s: float | None = None) -> str:
+def format_markdown(
+    summary: dict[str, dict[str, float | None]], settings: dict, wall_s: float | None = None
+) -> str:
     """`dapo eval`'s report.md: the settings (and `wall_s`, this invocation's seconds: a resumed evaluation counts
     only its own), then one row per dataset: problems, avg@n ± its standard error, the largest k's pass@k and maj@k,
-    mean response length, truncated share, prompts dropped for length."""
+    mean response length, truncated share, the share the verifier could not score (errors and timeouts: counted
+    wrong; `?` for generations written before `status`), prompts dropped for length."""
     n = settings["n"]
     head = ", ".join(f"{k} {v}" for k, v in settings.items() if k != "model")
     lines = [
@@ -322,22 +327,24 @@ def format_markdown(summary: dict[str, dict[str, float]], settings: dict, wall_s
         "",
     ]
     lines += [
-        f"| dataset | problems | avg@{n} | pass@{n} | maj@{n} | mean length | truncated | dropped prompts |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| dataset | problems | avg@{n} | pass@{n} | maj@{n} | mean length | truncated | unscored "
+        "| dropped prompts |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in summary.items():
         se = m[f"avg@{n}_stderr"]
+        err, tmo = m.get("error_rate", 0.0), m.get("timeout_rate", 0.0)
         lines.append(
             f"| {name} | {m['num_problems']} | {m[f'avg@{n}']:.4f}"
             + (" (one problem)" if se is None else f" ± {se:.4f}")
-            + " "
-            f"| {m[f'pass@{n}']:.4f} | {m[f'maj@{n}']:.4f} | {m['response_length_mean']:.1f} "
-            f"| {m['truncation_rate']:.3f} | {m.get('dropped_prompts', 0)} |"
+            + f" | {m[f'pass@{n}']:.4f} | {m[f'maj@{n}']:.4f} | {m['response_length_mean']:.1f} "
+            f"| {m['truncation_rate']:.3f} | {'?' if err is None else f'{err + tmo:.3f}'} "
+            f"| {m.get('dropped_prompts', 0)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def format_table(summary: dict[str, dict[str, float]]) -> str:
+def format_table(summary: dict[str, dict[str, float | None]]) -> str:
     """A plain-text table for the console: one row per metric, one column per dataset (a dataset's summary has
     20-odd metrics; a set of datasets is a few columns). Floats with 4 decimals; a metric a dataset lacks, or None
     (the standard error of one problem), is `-`."""

@@ -37,7 +37,8 @@ class Rollout:
         acc: the verifier's correctness.
         pred: the extracted final answer.
         status: `ok`, `error` (the verifier raised), `timeout` (it was killed) or `refused` (the answer was outside
-            its task's answer grammar, `dapo_rl.reward.answer_grammar`).
+            its task's answer grammar, `dapo_rl.reward.answer_grammar`); `unknown` for a generations.jsonl line
+            written before the field (`from_record`).
         reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
         response_length: tokens in the response (kept when a record is read back without its token ids).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
@@ -158,7 +159,7 @@ class Rollout:
             reward=float(r["score"]),
             response_length=int(r["response_length"]),
             vote=str(r.get("vote", "")),
-            status=str(r.get("status", "ok")),  # files written before 2026-12-06 lack it
+            status=str(r.get("status", "unknown")),  # lines written before 2026-12-06 lack it
         )
 
 

@@ -90,7 +90,7 @@ class Scorer:
                 self._reported = True
                 self.log(
                     f"reward: a response could not be scored and counts as wrong ({res['error']}); further errors "
-                    "are only counted in reward/error_rate"
+                    "are counted, not printed (training: reward/error_rate; dapo eval: error_rate)"
                 )
         if shaped:
             pen = overlong_penalty(
