@@ -35,6 +35,7 @@ Not measured: the CUDA context, NCCL's buffers and the caching allocator's fragm
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -301,13 +302,26 @@ def measure_update(
     Raises:
         RuntimeError: this process already belongs to a process group.
     """
+    t0 = time.perf_counter()
+    # Others' garbage is freed now, and no collection runs inside the fake mode: a finalizer run there sees fake
+    # tensors (vLLM's CPU GEMM handler raised DataDependentOutputException in its __del__ under it).
+    gc.collect()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _measure_update(cfg, hf_config, world_size, attn_implementation, t0)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _measure_update(cfg: Config, hf_config, world_size: int, attn_implementation: str, t0: float) -> dict:
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from dapo_rl.actor import Actor
     from dapo_rl.distributed import DistContext
 
-    t0 = time.perf_counter()
     dev = torch.device("cpu")
     actor_config, batch, rows, micro_batches = measure_setup(cfg, world_size, hf_config.vocab_size)
     algo = cfg.algorithm
