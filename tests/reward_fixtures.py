@@ -45,6 +45,8 @@ def escape(data_source, solution_str, ground_truth, extra_info=None):
     import subprocess
     import threading
 
+    from sandbox_targets import inherited_fds
+
     def attempt(fn):
         try:
             fn()
@@ -74,20 +76,9 @@ def escape(data_source, solution_str, ground_truth, extra_info=None):
         "unix_socket": attempt(
             lambda: socket.socket(socket.AF_UNIX)
         ),  # multiprocessing's fork server listens on one
-        # (the listing's own descriptor is closed again once it returns)
-        "inherited_fds": [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _open(fd)],
+        "inherited_fds": inherited_fds(),
     }
     return {"score": -1.0, "acc": False, "pred": json.dumps(out)}
-
-
-def _open(fd: int) -> bool:
-    import os
-
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 class _RunsWhenUnpickled:

@@ -40,11 +40,16 @@ def act(item, options):
         return {
             "cwd": os.getcwd(),
             "pid": os.getpid(),
-            "fds": [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _open(fd)],
+            "fds": inherited_fds(),
             "write_outside": write_outside,
             "dapo_rl_modules": sorted(m for m in sys.modules if m.startswith("dapo_rl")),
         }
     return {"echo": value, "options": options, "pid": os.getpid()}
+
+
+def inherited_fds() -> list[int]:
+    """This process's open descriptors above 2 (the listing's own descriptor is closed again once it returns)."""
+    return [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _open(fd)]
 
 
 def _open(fd: int) -> bool:
