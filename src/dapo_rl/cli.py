@@ -687,6 +687,7 @@ def _eval(args) -> int:
         format_markdown,
         format_table,
         load_eval_set,
+        unscored_report,
     )
     from dapo_rl.rollout import SamplingParams, check_engine
 
@@ -843,38 +844,10 @@ def _eval(args) -> int:
     )
     print(format_table(summary))
     print(f"dapo eval: {gen_path}, {out / 'summary.json'}, {out / 'report.md'}")
-    return _unscored(summary, gen_path, reward.name)
-
-
-def _unscored(summary: dict[str, dict[str, float | None]], gen_path: Path, verifier: str) -> int:
-    """`dapo eval`'s exit status: 0, or 5 when the verifier scored none of a dataset's responses (every one an
-    error or a timeout: its accuracies are not measurements; an exception of our own exits 1). A dataset with
-    unscored responses is named on stderr, and one whose generations predate the `status` field is noted."""
-    unscored = {}
-    for name, m in summary.items():
-        if m["error_rate"] is None:
-            print(
-                f"dapo eval: note: {name}: some generations in {gen_path} were written before 2026-12-06 without "
-                "`status`; how many the verifier could not score is unknown (a new --output scores them afresh)",
-                file=sys.stderr,
-            )
-            continue
-        unscored[name] = share = m["error_rate"] + m["timeout_rate"]
-        if share > 0:
-            print(
-                f"dapo eval: warning: {name}: {share:.1%} of the responses could not be scored and count as wrong "
-                f"(verifier {verifier}: errors {m['error_rate']:.1%}, timeouts {m['timeout_rate']:.1%}; "
-                f"the rows with status error/timeout in {gen_path})",
-                file=sys.stderr,
-            )
-    nothing = [name for name, share in unscored.items() if share == 1.0]
-    if nothing:
-        print(
-            f"dapo eval: error: the verifier {verifier} scored none of the responses of {', '.join(nothing)}",
-            file=sys.stderr,
-        )
-        return 5
-    return 0
+    lines, scored_nothing = unscored_report(summary, gen_path, reward.name)
+    for line in lines:
+        print(f"dapo eval: {line}", file=sys.stderr)
+    return 5 if scored_nothing else 0
 
 
 def _score(args) -> int:

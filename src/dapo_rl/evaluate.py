@@ -166,6 +166,43 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
     return out
 
 
+def unscored_report(
+    summary: dict[str, dict[str, float | None]], gen_path: str | Path, verifier: str
+) -> tuple[list[str], bool]:
+    """What `dapo eval` says about responses its verifier could not score (they count as wrong).
+
+    Args:
+        summary: dataset name -> `dataset_metrics` (`error_rate`, `timeout_rate`: None for generations written
+            before `status`).
+        gen_path: the generations.jsonl the rows are in. verifier: `reward.name`.
+
+    Returns:
+        The lines for stderr (a note per dataset of unknown share, a warning per dataset with unscored responses,
+        an error naming the datasets with none scored), and whether some dataset had none scored (`dapo eval`
+        exits 5 then: its accuracies are not measurements).
+    """
+    lines, nothing = [], []
+    for name, m in summary.items():
+        if m["error_rate"] is None:
+            lines.append(
+                f"note: {name}: some generations in {gen_path} were written before 2026-12-06 without `status`; "
+                "how many the verifier could not score is unknown (a new --output scores them afresh)"
+            )
+            continue
+        share = m["error_rate"] + m["timeout_rate"]
+        if share > 0:
+            lines.append(
+                f"warning: {name}: {share:.1%} of the responses could not be scored and count as wrong "
+                f"(verifier {verifier}: errors {m['error_rate']:.1%}, timeouts {m['timeout_rate']:.1%}; "
+                f"the rows with status error/timeout in {gen_path})"
+            )
+        if share == 1.0:
+            nothing.append(name)
+    if nothing:
+        lines.append(f"error: the verifier {verifier} scored none of the responses of {', '.join(nothing)}")
+    return lines, bool(nothing)
+
+
 # ------------------------------------------------------------------------------------------------- eval data
 @dataclass
 class EvalSet:
