@@ -317,6 +317,12 @@ def test_a_template_killed_from_outside_costs_its_call_a_sandbox_error_and_is_re
         (new,) = r.pids
         assert new != old
         assert [(x.status, x.stdout) for x in r.run(["print(1+1)"])] == [("ok", "2\n")]
+        os.kill(
+            new, signal.SIGKILL
+        )  # killed while idle: the next program never started there, and runs on a fresh one
+        time.sleep(0.2)
+        assert [(x.status, x.stdout) for x in r.run(["print(3)"])] == [("ok", "3\n")]
+        assert r.pids != [new]
         deadline = time.monotonic() + 5  # the orphaned program dies with its template (PDEATHSIG)
         while _threads_named(marker) and time.monotonic() < deadline:
             time.sleep(0.05)

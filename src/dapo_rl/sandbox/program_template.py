@@ -228,12 +228,8 @@ def _run(code: str, out, err, kept) -> int:
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     atexit._clear()  # the template's exit hooks are not the program's
-    linecache.cache["<program>"] = (
-        len(code),
-        None,
-        code.splitlines(True),
-        "<program>",
-    )  # source in tracebacks
+    # the program's lines quoted in its tracebacks, as Python does for a file
+    linecache.cache["<program>"] = (len(code), None, code.splitlines(True), "<program>")
     outcome: dict = {"ok": True}
     try:
         # The one place model-written code is evaluated: in this child, already confined (namespaces, rlimits,
