@@ -1,5 +1,5 @@
 """The `dapo` command: `dapo train`, `dapo sft`, `dapo eval`, `dapo score`, `dapo plan`, `dapo plot`, `dapo ablate`,
-`dapo data`, `dapo config`; `dapo --version`.
+`dapo data`, `dapo config`, `dapo sandbox`; `dapo --version`.
 
 Exit codes: 0 success; 2 bad configuration or data (one-line message, no traceback); 3 dynamic sampling could not
 fill a batch within `algorithm.filter_groups.max_num_gen_batches` rounds; 4 `trainer.max_consecutive_bad_steps`
@@ -251,6 +251,22 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATTERN",
         help="only keys or docs matching this regular expression (case-insensitive)",
     )
+    sb = sub.add_parser(
+        "sandbox",
+        help="run a Python program in the sandbox exactly as the Python tool does; print one JSON object",
+        description="Run a program in the program sandbox (dapo_rl.sandbox.program) and print one JSON object: "
+        "stdout, stderr, status (ok, error, timeout, killed, sandbox_error), truncated, wall_s, detail, and the "
+        "confinement layers in place (missing: the ones this machine lacks). Exit code 0 when the sandbox worked, "
+        "whatever the program did; 1 on sandbox_error.",
+    )
+    sbsrc = sb.add_mutually_exclusive_group(required=True)
+    sbsrc.add_argument("-c", dest="code", metavar="CODE", help="the program's source")
+    sbsrc.add_argument("--file", metavar="F", help="a file holding the program")
+    sb.add_argument("--stdin", metavar="TEXT", help="the program's standard input (default: empty)")
+    sb.add_argument(
+        "--timeout-s", type=float, default=10.0, help="its wall-clock and CPU seconds (default 10)"
+    )
+    sb.add_argument("--memory-mib", type=int, default=1024, help="its address space in MiB (default 1024)")
     return p
 
 
@@ -382,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             return _config(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "sandbox":
+            return _sandbox(args)
         recipe, overrides = _split_recipe(args)
         if args.command == "train" and args.resume:
             recipe = _resume_recipe(recipe, overrides)
@@ -893,6 +911,13 @@ def _score(args) -> int:
     }
     print(json.dumps(summary), file=sys.stderr)
     return 0
+
+
+def _sandbox(args) -> int:
+    """`dapo sandbox`: see `dapo_rl.sandbox.program.run_cli`."""
+    from dapo_rl.sandbox.program import run_cli
+
+    return run_cli(args.code, args.file, args.stdin, args.timeout_s, args.memory_mib)
 
 
 def _config(args) -> int:

@@ -19,6 +19,17 @@ A process that scores, parses or (later) runs what a model wrote calls `confine`
   library falls back to ``clone``), ``execve``, ``execveat``, ``socket``, ``socketpair`` and ``connect`` with
   ``EPERM`` (a pathname UNIX socket, such as multiprocessing's fork server's, is otherwise reachable).
 
+Two options for callers that run whole programs (the program sandbox, `dapo_rl.sandbox.program`); the reward
+pool's workers use neither:
+
+- **no reads outside an allow-list** (`read_paths`): Landlock also handles reading files and listing directories,
+  allowed only under the given paths (the Python installation, `python_install_paths`) and the working directory;
+  ``/proc`` (another process's environment or memory), ``/etc`` and the caller's files are then unreadable.
+- **signals only to itself** (`self_signals_only`): the seccomp filter also fails ``kill``, ``tgkill`` and
+  ``rt_(tg)sigqueueinfo`` aimed at any other process, ``tkill``, ``pidfd_open``, ``pidfd_send_signal``,
+  ``ptrace`` and ``process_vm_readv``/``writev`` (Landlock's signal scoping, ABI >= 6, does the same where the kernel
+  has it; this covers older kernels).
+
 The caller also closes the descriptors it inherited and does not need before it confines itself (the sandbox's
 workers keep only their pipe: `dapo_rl.sandbox.workers`), and reads what the process sends back as data, never
 unpickled.
@@ -35,8 +46,13 @@ import errno
 import os
 import resource
 import signal
+import site
+import sys
+import sysconfig
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
@@ -64,6 +80,10 @@ class Confinement:
 
     rlimits: bool = False
     files: bool = False
+    """No writes outside the working directory, no exec (Landlock)."""
+    reads: bool = False
+    """No reads outside `read_paths` and the working directory (Landlock; only when `confine` was given
+    `read_paths`)."""
     network: bool = False
     processes: bool = False
     notes: list[str] = field(default_factory=list)
@@ -89,8 +109,39 @@ def _unshare_network() -> str | None:
     return f"no network namespace ({os.strerror(first)}; user namespace: {os.strerror(ctypes.get_errno())})"
 
 
-def _landlock(workdir: str) -> tuple[bool, bool, str | None]:
-    """Landlock: writes and execution only as allowed, TCP denied, signals scoped. Returns (files, tcp, why not)."""
+SHARED_LIBRARY_PATHS = (
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local/lib",
+    "/etc/ld.so.cache",
+    "/dev/null",
+    "/dev/urandom",
+)
+"""What the interpreter reads besides its own installation: shared libraries (the C library, libffi, libssl, loaded
+by extension modules on import), the dynamic linker's cache, ``/dev/null`` and ``/dev/urandom``."""
+
+
+def python_install_paths() -> list[str]:
+    """The read allow-list of a program sandbox: this interpreter's installation (``sys.prefix``,
+    ``sys.base_prefix``, ``sys.exec_prefix``, ``sys.base_exec_prefix``, the standard library and site-packages
+    directories) and `SHARED_LIBRARY_PATHS`; only paths that exist, never ``/``, each once, in that order."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    sc = sysconfig.get_paths()
+    paths += [sc[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in sc]
+    paths += site.getsitepackages() + list(SHARED_LIBRARY_PATHS)
+    out: list[str] = []
+    for p in paths:
+        p = os.path.realpath(p)
+        if p != "/" and os.path.exists(p) and p not in out:
+            out.append(p)
+    return out
+
+
+def _landlock(workdir: str, read_paths: Sequence[str] | None) -> tuple[bool, bool, str | None]:
+    """Landlock: writes and execution (and, with `read_paths`, reads) only as allowed, TCP denied, signals scoped.
+    Returns (files, tcp, why not)."""
     try:
         import landlockpy as ll
     except ImportError:
@@ -113,20 +164,25 @@ def _landlock(workdir: str) -> tuple[bool, bool, str | None]:
         | fs.TRUNCATE
     )
     net = ll.AccessNet.BIND_TCP | ll.AccessNet.CONNECT_TCP
+    reads = fs.NONE if read_paths is None else fs.READ_FILE | fs.READ_DIR
     with ll.Ruleset(
-        handled_fs=writes | fs.EXECUTE,
+        handled_fs=writes | reads | fs.EXECUTE,
         handled_net=net,
         scoped=ll.Scope.ABSTRACT_UNIX_SOCKET | ll.Scope.SIGNAL,
     ) as rules:
-        rules.allow_path(workdir, writes)
+        rules.allow_path(workdir, writes | reads)
+        for path in read_paths or ():
+            if os.path.exists(path):  # a rule on a file may hold only file rights (EINVAL otherwise)
+                rules.allow_path(path, reads if os.path.isdir(path) else reads & fs.READ_FILE)
         if os.path.exists("/dev/null"):
-            rules.allow_path("/dev/null", fs.WRITE_FILE)
+            rules.allow_path("/dev/null", fs.WRITE_FILE | (reads & fs.READ_FILE))
         rules.restrict()
         return True, bool(rules.handled_net), None
 
 
-def _seccomp() -> str | None:
-    """Fail process creation and exec; None when done, else why not."""
+def _seccomp(self_signals_only: bool = False) -> str | None:
+    """Fail process creation and exec (and, with `self_signals_only`, signals to and tracing of other processes);
+    None when done, else why not."""
     try:
         import pyseccomp as sc
     except (ImportError, OSError, RuntimeError) as e:  # libseccomp.so.2 missing: RuntimeError or OSError
@@ -139,11 +195,36 @@ def _seccomp() -> str | None:
         f.add_rule(eperm, name)
     f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    if self_signals_only:
+        pid = os.getpid()
+        for name in (
+            "kill",
+            "tgkill",
+            "rt_sigqueueinfo",
+            "rt_tgsigqueueinfo",
+        ):  # argument 0: the target (group)
+            f.add_rule(eperm, name, sc.Arg(0, sc.NE, pid))
+        for name in (
+            "tkill",
+            "pidfd_open",
+            "pidfd_send_signal",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+        ):
+            f.add_rule(eperm, name)
     f.load()
     return None
 
 
-def confine(workdir: str, limits: Limits = Limits()) -> Confinement:
+def confine(
+    workdir: str,
+    limits: Limits = Limits(),
+    *,
+    read_paths: Sequence[str] | None = None,
+    unshare_network: bool = True,
+    self_signals_only: bool = False,
+) -> Confinement:
     """Confine this process (and its future threads) for handling model output; irreversible.
 
     Call it from a fresh, single-threaded child process before it reads any model output (a user namespace needs a
@@ -152,16 +233,25 @@ def confine(workdir: str, limits: Limits = Limits()) -> Confinement:
     Args:
         workdir: an existing directory of this process's own (the caller creates and later removes it).
         limits: resource limits.
+        read_paths: when given, no reads outside these paths and `workdir` (Landlock); None (the default): reads
+            are not restricted.
+        unshare_network: make a network namespace of its own; False when the caller already runs in one (the
+            program sandbox's template enters one once for all its children).
+        self_signals_only: also fail signals to other processes, ``ptrace`` and cross-process memory access
+            (seccomp).
 
     Returns:
         What is in place (`Confinement`); layers the OS does not offer are listed in `Confinement.missing`.
     """
     out = Confinement()
     os.chdir(workdir)
-    why = _unshare_network()  # before the seccomp filter and no_new_privs: needs the capabilities it has now
-    out.network = why is None
-    if why:
-        out.notes.append(why)
+    if unshare_network:
+        why = (
+            _unshare_network()
+        )  # before the seccomp filter and no_new_privs: needs the capabilities it has now
+        out.network = why is None
+        if why:
+            out.notes.append(why)
     signal.signal(
         signal.SIGXFSZ, signal.SIG_IGN
     )  # a write past the file limit fails (EFBIG) instead of killing
@@ -176,15 +266,18 @@ def confine(workdir: str, limits: Limits = Limits()) -> Confinement:
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (value, value))
     out.rlimits = True
-    why = _seccomp()  # before Landlock: finding libseccomp may run ldconfig and write a temporary file
+    why = _seccomp(
+        self_signals_only
+    )  # before Landlock: finding libseccomp may run ldconfig and write a temporary file
     out.processes = why is None or os.getuid() != 0  # RLIMIT_NPROC holds for any other user
     if why and not out.processes:
         out.notes.append(why)
     try:
-        files, tcp, why = _landlock(workdir)
+        files, tcp, why = _landlock(workdir, read_paths)
     except OSError as e:
         files, tcp, why = False, False, f"Landlock failed ({e})"
     out.files = files
+    out.reads = files and read_paths is not None
     if why:
         out.notes.append(why)
     out.network = out.network or tcp
