@@ -164,7 +164,8 @@ def right_with_parity_score(data_source, solution_str, ground_truth, extra_info=
 
 def test_generation_sums_add_over_rounds_and_read_older_checkpoints(parts):
     """`GenerationSums`: one round's sums by hand, two rounds add field by field, the all-reduce payload and the
-    checkpoint state read back, and the positional lists of older checkpoints (14 values; 13 before `refused`)."""
+    checkpoint state read back, and the positional lists of older checkpoints (14 values before the tool sums; 13
+    before `refused`)."""
     from dapo_rl.collect import PromptGroup, Rollout
     from dapo_rl.collect.stats import GenerationSums
 
@@ -189,9 +190,12 @@ def test_generation_sums_add_over_rounds_and_read_older_checkpoints(parts):
     assert b.tokens == 6 and b.filtered_tokens == 14 and b.token_prob == 6.0
     assert GenerationSums.from_list(b.as_list()) == b and GenerationSums.from_state(b.state()) == b
     assert GenerationSums.from_state(a.as_list()) == a
-    before_refused = [x for k, x in enumerate(a.as_list()) if k != 12]
+    assert GenerationSums.from_state(a.as_list()[:14]) == a  # before the tool sums (all 0 here)
+    before_refused = [x for k, x in enumerate(a.as_list()[:14]) if k != 12]
     assert GenerationSums.from_state(before_refused) == GenerationSums(**{**a.state(), "refused": 0.0})
-    with pytest.raises(ValueError, match="3 sums for the 14 fields"):
+    with pytest.raises(ValueError, match="15 positional sums"):
+        GenerationSums.from_state(a.as_list()[:15])
+    with pytest.raises(ValueError, match="3 sums for the 22 fields"):
         GenerationSums.from_list([1.0, 2.0, 3.0])
 
 

@@ -172,14 +172,20 @@ def round_params(cfg: Config, seed: int) -> SamplingParams:
 
 def filter_groups(groups: list[PromptGroup], fg) -> tuple[list[PromptGroup], int]:
     """Dynamic sampling's filter over one round's groups (DAPO Eq. 11): `(kept, filtered_tokens)`, the groups whose
-    `fg.metric` varies (all of them when `fg.enable` is false) and the response tokens of those dropped."""
+    `fg.metric` varies (all of them when `fg.enable` is false) and the response tokens of those dropped. A group
+    with a `void` trajectory (the sandbox failed under a tool call) is dropped whatever `fg` says: its outcome is
+    the sandbox's, not the policy's."""
+    void = [g for g in groups if any(x.void for x in g.rollouts)]
+    if void:
+        groups = [g for g in groups if g not in void]
+    dropped_void = sum(x.response_length for g in void for x in g.rollouts)
     if not fg.enable or not groups:
-        return list(groups), 0
+        return list(groups), dropped_void
     metric = torch.tensor([v for g in groups for v in g.metric(fg.metric)])
     gidx = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g.rollouts) for g in groups]))
     keep = set(kept_group_ids(metric, gidx).tolist())
     dropped = sum(x.response_length for i, g in enumerate(groups) if i not in keep for x in g.rollouts)
-    return [g for i, g in enumerate(groups) if i in keep], dropped
+    return [g for i, g in enumerate(groups) if i in keep], dropped + dropped_void
 
 
 def group_outcomes(groups: list[PromptGroup]) -> list[tuple[int, int, int]]:

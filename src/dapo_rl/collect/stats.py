@@ -34,6 +34,15 @@ class GenerationSums:
         sampled_tokens: the model's tokens (`Rollout.loss_mask` 1): `token_prob`'s count.
         refused: answers outside their task's grammar (`dapo_rl.reward.answer_grammar`).
         filtered_tokens: response tokens in groups dynamic sampling dropped (all right or all wrong).
+        tool_trajectories: responses of a tool episode (`Rollout.tool_calls` not None); the `tool/*` statistics'
+            count.
+        tool_used: those that made at least one call.
+        tool_calls: calls made, `over_budget` and `malformed` ones included.
+        tool_code_errors: calls whose program raised or exited non-zero (`error`), or were `malformed`.
+        tool_sandbox_errors: calls the sandbox itself failed on (`sandbox_error`: the trajectory does not train).
+        tool_timeouts: calls past their wall-clock or CPU time (`timeout`, `killed`).
+        tool_truncated: calls whose output was cut.
+        tool_void: responses with a `sandbox_error` call (`Rollout.void`).
     """
 
     responses: float = 0.0
@@ -50,12 +59,21 @@ class GenerationSums:
     sampled_tokens: float = 0.0
     refused: float = 0.0
     filtered_tokens: float = 0.0
+    tool_trajectories: float = 0.0
+    tool_used: float = 0.0
+    tool_calls: float = 0.0
+    tool_code_errors: float = 0.0
+    tool_sandbox_errors: float = 0.0
+    tool_timeouts: float = 0.0
+    tool_truncated: float = 0.0
+    tool_void: float = 0.0
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
         """The sums of one round's (or one rank's) `generated` groups, with the tokens the filter dropped."""
         rs = [x for g in generated for x in g.rollouts]
         lps = [lp for x in rs for lp in x.sampled_logprobs()]
+        calls = [c for x in rs for c in x.tool_calls or ()]
         return cls(
             responses=len(rs),
             groups=len(generated),
@@ -71,6 +89,14 @@ class GenerationSums:
             sampled_tokens=len(lps),
             refused=sum(x.status == "refused" for x in rs),
             filtered_tokens=filtered_tokens,
+            tool_trajectories=sum(x.tool_calls is not None for x in rs),
+            tool_used=sum(bool(x.tool_calls) for x in rs),
+            tool_calls=len(calls),
+            tool_code_errors=sum(c in ("error", "malformed") for c in calls),
+            tool_sandbox_errors=calls.count("sandbox_error"),
+            tool_timeouts=sum(c in ("timeout", "killed") for c in calls),
+            tool_truncated=sum(x.tool_truncated for x in rs),
+            tool_void=sum(x.void for x in rs),
         )
 
     def __add__(self, other: GenerationSums) -> GenerationSums:
@@ -97,14 +123,24 @@ class GenerationSums:
 
     @classmethod
     def from_state(cls, state: dict | list) -> GenerationSums:
-        """`state` read back; a positional list from an older checkpoint too (14 values, or 13 from before
-        `refused`)."""
+        """`state` read back (a checkpoint from before the `tool_*` sums lacks them: 0); a positional list too
+        (`as_list`'s, or an older checkpoint's: 14 values, 13 from before `refused`).
+
+        Raises:
+            ValueError: a positional list of another length.
+        """
         if isinstance(state, dict):
             return cls(**state)
         values = list(state)
-        if len(values) == len(fields(cls)) - 1:  # before `refused`: it stood just before the filtered tokens
+        if len(values) == len(fields(cls)):
+            return cls.from_list(values)
+        if len(values) == 13:  # before `refused`: it stood just before the filtered tokens
             values = [*values[:-1], 0.0, values[-1]]
-        return cls.from_list(values)
+        if len(values) != 14:
+            raise ValueError(
+                f"{len(values)} positional sums: a checkpoint's list holds 13, 14 or {len(fields(cls))}"
+            )
+        return cls(*map(float, values))  # before the tool sums: 0
 
     def stats(self, longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0) -> dict:
         """The step's logged statistics, given the longest response, the rounds, the groups kept and the tokens of
@@ -139,9 +175,27 @@ class GenerationSums:
         }
         if self.sampled_tokens:
             out["train/token_prob_mean"] = self.token_prob / self.sampled_tokens
+        if self.tool_trajectories:
+            out |= self.tool_stats()
         if not n:
             out = {k: v for k, v in out.items() if k in STEP_COUNTS}
         return out
+
+    def tool_stats(self) -> dict:
+        """The `tool/*` statistics of a tool episode's responses (docs/metrics.md): calls and turns per trajectory
+        (turns: the model's, calls + 1), the share that called the tool, and per call the rates of code errors,
+        sandbox errors, timeouts and cut outputs; `tool/void_ratio` the share of responses that do not train."""
+        t, c = self.tool_trajectories, max(self.tool_calls, 1.0)
+        return {
+            "tool/calls_per_trajectory": self.tool_calls / t,
+            "tool/turns_mean": (self.tool_calls + t) / t,
+            "tool/used_ratio": self.tool_used / t,
+            "tool/code_error_rate": self.tool_code_errors / c,
+            "tool/sandbox_error_rate": self.tool_sandbox_errors / c,
+            "tool/timeout_rate": self.tool_timeouts / c,
+            "tool/truncated_rate": self.tool_truncated / c,
+            "tool/void_ratio": self.tool_void / t,
+        }
 
 
 STEP_COUNTS = (

@@ -46,6 +46,9 @@ class Rollout:
         loss_mask: per response token, 1 where the model sampled it, 0 where something else wrote it (a tool's output
             in a multi-turn episode; its `logprobs` entry is 0); None: every token is the model's (a single turn).
             See the module's docstring for what counts masked tokens.
+        tool_calls: a tool episode's calls, one status each (`dapo_rl.episode.tool.TOOL_STATUSES`), in order; None:
+            no tool (a single-turn episode).
+        tool_truncated: calls whose output was cut (the sandbox's output cap or `max_output_tokens`).
     """
 
     sample: Sample
@@ -64,10 +67,24 @@ class Rollout:
     response_length: int = -1
     vote: str = ""
     loss_mask: list[int] | None = None
+    tool_calls: list[str] | None = None
+    tool_truncated: int = 0
 
     def __post_init__(self):
         if self.response_length < 0:
             self.response_length = len(self.response_ids)
+
+    def model_ids(self) -> list[int]:
+        """The response tokens the model sampled (`loss_mask` 1), in order: what the verifier reads."""
+        if self.loss_mask is None:
+            return self.response_ids
+        return [t for t, m in zip(self.response_ids, self.loss_mask) if m]
+
+    @property
+    def void(self) -> bool:
+        """The outcome says nothing about the policy: the sandbox failed under one of its tool calls (not the
+        program's fault). Its group does not train (`dapo_rl.collect.loop.filter_groups`)."""
+        return bool(self.tool_calls) and "sandbox_error" in self.tool_calls
 
     def sampled_logprobs(self) -> list[float]:
         """The log-probs of the tokens the model sampled (`loss_mask` 1), in order."""

@@ -30,6 +30,7 @@ class Scorer:
         repetition: MiroMind-M1's repetition penalty, or None for none.
         log: where the first verifier error of the run is reported (once; later ones only count in
             `reward/error_rate`), or None.
+        model_only: see the field.
     """
 
     tokenizer: object
@@ -38,6 +39,9 @@ class Scorer:
     overlong: OverlongBufferConfig | None = None
     repetition: RepetitionPenaltyConfig | None = None
     log: Callable[[str], None] | None = None
+    model_only: bool = False
+    """The verifier reads only the tokens the model sampled (`Rollout.model_ids`: a tool's output left out, as a
+    tool episode needs); `text` still holds the whole response. False: the whole response."""
     _reported: bool = False
     seconds: float = 0.0
     """Wall-clock seconds spent in the reward pool so far (`time/score_s` is its growth over a step)."""
@@ -58,10 +62,14 @@ class Scorer:
             raise ValueError("the overlong penalty needs the round's max_tokens (L_max of Eq. 13)")
         if not rollouts:
             return
-        # a served model's responses arrive as text (no token ids); the others are decoded here
-        coded = [r.response_ids for r in rollouts if r.response_ids]
+        # a served model's responses arrive as text (no token ids); the others are decoded here. With `model_only`
+        # the verifier reads the model's own tokens (a tool's output left out) and `text` keeps the whole response.
+        only = self.model_only
+        coded = [r.model_ids() if only else r.response_ids for r in rollouts if r.response_ids]
         decoded = iter(self.tokenizer.batch_decode(coded, skip_special_tokens=True) if coded else [])
         texts = [next(decoded) if r.response_ids else r.text for r in rollouts]
+        mixed = [r.response_ids for r in rollouts if only and r.response_ids]
+        whole = iter(self.tokenizer.batch_decode(mixed, skip_special_tokens=True) if mixed else [])
         items = [
             (r.sample.data_source, t, r.sample.ground_truth, r.sample.extra_info)
             for r, t in zip(rollouts, texts)
@@ -71,7 +79,7 @@ class Scorer:
         self.seconds += time.perf_counter() - t0
         for r, t, res in zip(rollouts, texts, results):
             r.text, r.score, r.acc, r.pred = (
-                t,
+                next(whole) if only and r.response_ids else t,
                 float(res["score"]),
                 bool(res["acc"]),
                 str(res.get("pred", "")),
@@ -105,7 +113,11 @@ class Scorer:
         if rp is not None and rp.enable:
             for r in rollouts:
                 r.reward += repetition_penalty(
-                    r.response_ids, rp.factor, rp.min_repeats, rp.max_period, rp.min_tokens
+                    r.model_ids() if self.model_only else r.response_ids,
+                    rp.factor,
+                    rp.min_repeats,
+                    rp.max_period,
+                    rp.min_tokens,
                 )
 
 

@@ -60,6 +60,14 @@ def round_seed(seed: int, step: int, round_: int, rank: int = 0, stream: Stream 
     return x >> (64 - SEED_BITS)
 
 
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed of turn ``turn`` (>= 1) of a multi-turn round whose turn 0 was sampled with ``seed``
+    (`dapo_rl.episode.tool`): a hash of both, in [0, 2^62). ``None`` stays ``None``; turn 0 keeps ``seed``."""
+    if seed is None or turn == 0:
+        return seed
+    return _mix(_mix(seed & _MASK64) ^ turn) >> (64 - SEED_BITS)
+
+
 def request_seed(seed: int | None, index: int, n: int) -> int | None:
     """The seed of request ``index`` of a round sampled with ``n`` samples per request: ``seed + index * n``, so
     its samples (seeded ``+ j`` by vLLM) never meet another request's of the round. ``None`` stays ``None``
