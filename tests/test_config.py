@@ -86,7 +86,7 @@ def test_wrong_type_is_a_config_error():
         ),
         (
             "episode.name=tool_loop",
-            r"^episode.name='tool_loop' is not one of single_turn, or module:Class \(your own episode type\)$",
+            r"^episode.name='tool_loop' is not one of single_turn, tool, or module:Class \(your own episode type\)$",
         ),
         # a zero threshold divided by zero here (ZeroDivisionError) before it was refused
         (

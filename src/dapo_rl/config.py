@@ -468,8 +468,54 @@ MAX_REWARD_WORKERS = 512
 ENGINE_NAMES = ("hf", "vllm")
 """The rollout engines `rollout.name` accepts (`dapo_rl.rollout.build_engine` builds each)."""
 
-EPISODE_NAMES = ("single_turn",)
+EPISODE_NAMES = ("single_turn", "tool")
 """The episode types `episode.name` accepts (`dapo_rl.episode.EPISODES`, the same names)."""
+
+
+@dataclass
+class ToolConfig:
+    """`episode.name: tool`: multi-turn rollouts in which the model runs Python in the sandbox (ReTool, arXiv
+    2504.11536; `dapo_rl.episode.tool`)."""
+
+    max_calls: int = 4
+    """Tool calls per trajectory; a call past them is answered with an error and ends the trajectory (verl's ReTool
+    recipe allows 16 turns)."""
+    max_output_tokens: int = 256
+    """The most tokens of one call's output in the context, tags included; longer output is cut
+    (`tool/truncated_rate`). Every output token counts against `data.max_response_length`."""
+    timeout_s: float = 5.0
+    """Wall-clock and CPU seconds one program may run (`timeout` / `killed` past them)."""
+    memory_mib: int = 1024
+    """Address space of one program, MiB."""
+    num_workers: int = 2
+    """Sandbox processes running programs side by side (`dapo_rl.sandbox.ProgramRunner`)."""
+    call_start: str = "<code>"
+    """Opens a call (ReTool's tag); a Markdown fence inside it is unwrapped."""
+    call_end: str = "</code>"
+    """Closes a call: the engine stops there (`SamplingParams.stop`)."""
+    output_start: str = "<interpreter>"
+    """Opens the tool's output (ReTool's tag)."""
+    output_end: str = "</interpreter>"
+    """Closes it."""
+
+    def check(self) -> None:
+        """Raises ConfigError: a bound outside its range, or an empty tag."""
+        if self.max_calls < 1:
+            raise ConfigError(f"episode.tool.max_calls={self.max_calls} must be >= 1")
+        if self.max_output_tokens < 8:
+            raise ConfigError(
+                f"episode.tool.max_output_tokens={self.max_output_tokens} must be >= 8 (tags included)"
+            )
+        check_number("episode.tool.timeout_s", self.timeout_s, gt=0, le=3600)
+        if self.memory_mib < 64:
+            raise ConfigError(f"episode.tool.memory_mib={self.memory_mib} must be >= 64")
+        if not 1 <= self.num_workers <= MAX_REWARD_WORKERS:
+            raise ConfigError(
+                f"episode.tool.num_workers={self.num_workers} must be >= 1 and <= {MAX_REWARD_WORKERS}"
+            )
+        for key in ("call_start", "call_end", "output_start", "output_end"):
+            if not getattr(self, key).strip():
+                raise ConfigError(f"episode.tool.{key} is empty")
 
 
 @dataclass
@@ -479,8 +525,11 @@ class EpisodeConfig:
     `reward.repetition_penalty`."""
 
     name: str = "single_turn"
-    """`single_turn`: DAPO's, one response per sample, every token the model's (`dapo_rl.episode.SingleTurn`); or
+    """`single_turn`: DAPO's, one response per sample, every token the model's (`dapo_rl.episode.SingleTurn`);
+    `tool`: multi-turn, the model runs Python in the sandbox (`episode.tool`, `dapo_rl.episode.tool`); or
     `module:Class`, your own `dapo_rl.episode.Episode` subclass, imported when named (docs/extending.md)."""
+    tool: ToolConfig = field(default_factory=ToolConfig)
+    """The tool episode's settings (read when `name` is `tool`)."""
 
     def check(self) -> None:
         """The builder's own test (`dapo_rl.episode.episode_type`), made here without importing the episode wing:
@@ -490,6 +539,7 @@ class EpisodeConfig:
             ConfigError: an unknown `episode.name`, a module that fails to import (any error, named), or a `Class`
                 that is not an episode type.
         """
+        self.tool.check()
         if ":" not in self.name:
             if self.name not in EPISODE_NAMES:
                 raise ConfigError(

@@ -92,12 +92,12 @@ def test_a_failed_build_closes_the_pool_it_was_given(parts):
 
 
 def test_the_registry_and_the_config_know_the_same_names():
-    assert tuple(EPISODES) == EPISODE_NAMES == ("single_turn",)
+    assert tuple(EPISODES) == EPISODE_NAMES == ("single_turn", "tool")
     with pytest.raises(ValueError, match="already registered"):
         register_episode(SingleTurn)
     with pytest.raises(
         ConfigError,
-        match=r"^episode.name='multi' is not one of single_turn, or module:Class \(your own episode type\)$",
+        match=r"^episode.name='multi' is not one of single_turn, tool, or module:Class \(your own episode type\)$",
     ):
         load_config(None, ["episode.name=multi"])
 

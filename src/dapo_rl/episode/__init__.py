@@ -5,6 +5,7 @@
 | `records` | `Rollout` (one trajectory: response tokens, log-probs, loss mask, score, reward) and `PromptGroup` |
 | `base` | the `Episode` protocol, its registry (`episode.name`) and `build_episode` (the episode and its reward pool) |
 | `single_turn` | DAPO's episode: one response per sample, verifier, overlong and repetition shaping (`SingleTurn`) |
+| `tool` | multi-turn rollouts in which the model runs Python in the sandbox, its output masked (`ToolEpisode`) |
 
 Training, validation and `dapo eval` sample through `Episode.sample`; the layers above (`dapo_rl.collect`, the
 trainer) never build a reward pool or a scorer themselves.
@@ -13,6 +14,7 @@ trainer) never build a reward pool or a scorer themselves.
 from dapo_rl.episode.base import EPISODES, Episode, build_episode, episode_type, register_episode, reward_pool
 from dapo_rl.episode.records import PromptGroup, Rollout
 from dapo_rl.episode.single_turn import Scorer, SingleTurn, sample_and_score, sample_groups
+from dapo_rl.episode.tool import ToolEpisode, ToolFormat
 
 __all__ = [
     "EPISODES",
@@ -21,6 +23,8 @@ __all__ = [
     "Rollout",
     "Scorer",
     "SingleTurn",
+    "ToolEpisode",
+    "ToolFormat",
     "build_episode",
     "episode_type",
     "register_episode",

@@ -1,0 +1,192 @@
+"""The tool episode (`dapo_rl.episode.tool`): the turn loop's token bookkeeping (each turn's engine input is the prompt,
+the model's ids and the tool's ids exactly), the loss mask over the tool's tokens, what the verifier reads, malformed
+calls and the call budget, and the void trajectory of a failed sandbox. The programs run in the real sandbox; the
+engine is a scripted `RolloutEngine` (its turns are fixed texts, so that every count below is known by hand)."""
+
+import pytest
+
+from dapo_rl.collect.loop import filter_groups
+from dapo_rl.collect.stats import GenerationSums
+from dapo_rl.config import load_config
+from dapo_rl.data import PromptDataset, Sample
+from dapo_rl.episode import PromptGroup, Scorer, ToolEpisode, build_episode
+from dapo_rl.episode.tool import ToolFormat, extract_code, render_output
+from dapo_rl.models.tiny import build_tiny_tokenizer
+from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
+
+EOS = 256  # the tiny tokenizer's eos; ids 0-255 are the bytes
+
+
+class Scripted(RolloutEngine):
+    """Answers turn t of every trajectory with `turns[t]` (t: the tool outputs already in its context), honouring
+    `stop` (the stop string kept, as vLLM with `include_stop_str_in_output`) and `max_tokens`; records each call's
+    input ids and parameters."""
+
+    def __init__(self, turns: list[str], marker: bytes = b"<interpreter>"):
+        self.turns, self.marker = turns, marker
+        self.calls: list[tuple[list[list[int]], SamplingParams]] = []
+
+    def generate(self, prompts, params):
+        self.calls.append(([list(p) for p in prompts], params))
+        groups = []
+        for p in prompts:
+            text, reason = self.turns[bytes(x for x in p if x < 256).count(self.marker)], None
+            ends = [(text.find(s) + len(s), s) for s in params.stop or [] if s in text]
+            if ends:
+                end, reason = min(ends)
+                text = text[:end]
+            ids, finish = list(text.encode()) + ([] if reason else [EOS]), "stop"
+            if len(ids) > params.max_tokens:
+                ids, finish, reason = ids[: params.max_tokens], "length", None
+            lps = [-0.5] * len(ids)
+            groups.append([GenerationOutput(ids, lps, finish, stop_reason=reason) for _ in range(params.n)])
+        return groups
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def data(tok):
+    rows = [
+        Sample(f"t:{i}", "math_dapo", [{"role": "user", "content": q}], a)
+        for i, (q, a) in enumerate([("What is 48213 - 9917 + 30466?", "68762"), ("What is 6 * 7?", "42")])
+    ]
+    return PromptDataset(rows, tok, 128, "t")
+
+
+def _cfg(*extra):
+    return load_config(None, ["episode.name=tool", "reward.num_workers=0", "reward.name=math_dapo", *extra])
+
+
+def test_two_calls_then_an_answer_token_in_token_out(tok, data):
+    """Turn 1's input is the prompt + turn 0's ids + the tool's ids, byte for byte; the tool's tokens carry mask 0
+    and log-prob 0; the verifier reads the model's text only (the tool printed the right number, the model's own
+    answer decides)."""
+    turns = [
+        "Let me compute. <code>print(48213 - 9917 + 30466)</code>",
+        "Check: <code>\n```python\nx = 68762\nprint(x - 30466 + 9917)\n```\n</code>",
+        "So the answer is 68762.\nAnswer: 68762",
+    ]
+    engine = Scripted(turns)
+    with build_episode(_cfg("algorithm.overlong_buffer.enable=false"), tok) as episode:
+        assert isinstance(episode, ToolEpisode)
+        [[r]], _ = episode.sample(engine, data, [0], SamplingParams(n=1, max_tokens=400, seed=5))
+    out1 = "\n<interpreter>\n68762\n\n</interpreter>\n"
+    out2 = "\n<interpreter>\n48213\n\n</interpreter>\n"
+    model = [t.encode() for t in turns]
+    ids = list(model[0]) + list(out1.encode()) + list(model[1]) + list(out2.encode()) + list(model[2]) + [EOS]
+    assert r.response_ids == ids
+    mask = (
+        [1] * len(model[0])
+        + [0] * len(out1)
+        + [1] * len(model[1])
+        + [0] * len(out2)
+        + [1] * (len(model[2]) + 1)
+    )
+    assert r.loss_mask == mask
+    assert [lp for lp, m in zip(r.logprobs, mask) if not m] == [0.0] * (len(out1) + len(out2))
+    assert r.sampled_logprobs() == [-0.5] * sum(mask)
+    prompt = data.prompt_ids[0]
+    first = len(model[0]) + len(out1)  # the response so far at turn 1, then at turn 2
+    second = first + len(model[1]) + len(out2)
+    assert [c[0] for c in engine.calls] == [[prompt], [prompt + ids[:first]], [prompt + ids[:second]]]
+    assert [c[1].stop for c in engine.calls] == [["</code>"]] * 3
+    assert [c[1].max_tokens for c in engine.calls] == [400, 400 - first, 400 - second]
+    assert engine.calls[1][1].seed != engine.calls[2][1].seed != 5 and engine.calls[0][1].seed == 5
+    assert r.tool_calls == ["ok", "ok"] and r.tool_truncated == 0 and r.finish_reason == "stop"
+    assert r.acc and r.score == 1.0 and r.text == bytes(i for i in ids if i < 256).decode()
+
+
+def test_malformed_calls_get_a_message_not_a_crash(tok, data):
+    """A closing tag with no opening one, an empty block, a syntax error, then a call past the budget of 3: each
+    answered with a message the model reads; the budget's message ends the trajectory."""
+    turns = [
+        "no opening tag</code>",
+        "<code>   </code>",
+        "<code>print(1 +)</code>",
+        "<code>print(2)</code>",
+        "never sampled",
+    ]
+    engine = Scripted(turns)
+    with build_episode(_cfg("episode.tool.max_calls=3"), tok) as episode:
+        [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=600))
+    assert r.tool_calls == ["malformed", "malformed", "error", "over_budget"]
+    text = bytes(i for i in r.response_ids if i < 256).decode()
+    outputs = [part.split("</interpreter>")[0].strip() for part in text.split("<interpreter>")[1:]]
+    assert outputs[:2] == ["error: no code between the tags"] * 2
+    assert outputs[2].startswith("SyntaxError")
+    assert outputs[3] == "error: the tool-call budget (3 calls) is used up"
+    assert len(engine.calls) == 4 and "never sampled" not in text
+    assert not r.acc and r.finish_reason == "stop"
+
+
+def test_output_is_cut_to_its_token_budget_and_the_response_budget(tok, data):
+    """A flood of output: at most max_output_tokens of it, tags included, the closing tag kept; then the response
+    budget: the tool's tokens count against max_tokens, and a trajectory they fill is truncated."""
+    engine = Scripted(["<code>print('x' * 10000)</code>", "Answer: 42"])
+    with build_episode(_cfg("episode.tool.max_output_tokens=40"), tok) as episode:
+        [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=200))
+        call = len("<code>print('x' * 10000)</code>")
+        assert r.loss_mask[call : call + 40] == [0] * 40 and r.loss_mask[call + 40] == 1
+        tool = bytes(r.response_ids[call : call + 40]).decode()
+        assert tool.startswith("\n<interpreter>\nxxx") and tool.endswith("x\n</interpreter>\n")
+        assert r.tool_truncated == 1 and r.acc and r.finish_reason == "stop"
+        [[cut]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=call + 20))
+    assert len(cut.response_ids) == call + 20 and cut.finish_reason == "length" and cut.tool_calls == ["ok"]
+    assert cut.loss_mask == [1] * call + [0] * 20
+
+
+def test_n_samples_each_go_on_alone_and_the_metrics_count_the_calls(tok, data):
+    """n = 3 on turn 0 (one generate with n 3), then each trajectory alone (n 1 per live trajectory)."""
+    engine = Scripted(["<code>print(6 * 7)</code>", "Answer: 42"])
+    with build_episode(_cfg(), tok) as episode:
+        groups, _ = episode.sample(engine, data, [0, 1], SamplingParams(n=3, max_tokens=300, seed=1))
+    assert [(len(c[0]), c[1].n) for c in engine.calls] == [(2, 3), (6, 1)]
+    assert [[r.sample_idx for r in g] for g in groups] == [[0, 1, 2]] * 2
+    assert [r.acc for g in groups for r in g] == [False] * 3 + [True] * 3
+    stats = GenerationSums.of([PromptGroup((1, i), g) for i, g in enumerate(groups)]).stats(0, 1, 2)
+    assert stats["tool/calls_per_trajectory"] == 1.0 and stats["tool/turns_mean"] == 2.0
+    assert stats["tool/used_ratio"] == 1.0 and stats["tool/code_error_rate"] == 0.0
+    assert stats["tool/void_ratio"] == 0.0 and stats["tool/truncated_rate"] == 0.0
+
+
+def test_a_sandbox_failure_voids_the_group_and_is_counted_apart(tok, data):
+    """A trajectory whose call the sandbox failed on (not the program's fault) is `void`: dynamic sampling drops its
+    group even with the filter off, and `tool/sandbox_error_rate` counts it."""
+    engine = Scripted(["<code>print(1)</code>", "Answer: 42"])
+    with build_episode(_cfg(), tok) as episode:
+        groups, _ = episode.sample(engine, data, [0, 1], SamplingParams(n=2, max_tokens=200))
+    groups[0][1].tool_calls = ["sandbox_error"]  # as the runner reports a template that died under the call
+    pgs = [PromptGroup((1, i), g) for i, g in enumerate(groups)]
+    fg = load_config(None, ["algorithm.filter_groups.enable=false"]).algorithm.filter_groups
+    kept, dropped = filter_groups(pgs, fg)
+    assert kept == [pgs[1]] and dropped == sum(r.response_length for r in groups[0])
+    stats = GenerationSums.of(pgs).stats(0, 1, 1)
+    assert stats["tool/sandbox_error_rate"] == 0.25 and stats["tool/void_ratio"] == 0.25
+
+
+def test_extract_code_and_the_messages():
+    fmt = ToolFormat()
+    assert extract_code("a <code>x=1</code> b <code>print(2)</code>", fmt) == "print(2)"
+    assert extract_code("<code>```py\nprint(3)\n```</code>", fmt) == "print(3)"
+    assert extract_code("<code>\n```\n\n```\n</code>", fmt) is None
+    assert extract_code("print(4)</code>", fmt) is None
+    assert render_output(
+        "error", "partial\n", "Traceback ...\nZeroDivisionError: division by zero\n", "", 5, 4
+    ) == ("partial\nZeroDivisionError: division by zero")
+    assert render_output("timeout", "", "", "", 5, 4) == "TimeoutError: the program ran past 5 s"
+    assert render_output("ok", "", "", "", 5, 4) == "(no output)"
+
+
+def test_the_verifier_reads_the_models_text_only(tok, data):
+    """The tool printed the answer in the verifier's format; the model never wrote it: wrong."""
+    engine = Scripted(["<code>print('Answer: 42')</code>", "I am not sure."])
+    with build_episode(_cfg(), tok) as episode:
+        [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=300))
+        assert "Answer: 42" in r.text and not r.acc
+        scorer = Scorer(tok, episode.pool)
+        scorer([r], 300)  # the whole response, tool output included, would pass
+        assert r.acc
