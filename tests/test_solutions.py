@@ -98,3 +98,34 @@ def test_warm_up_micro_batches_give_the_whole_batchs_gradient():
     assert losses[1] == pytest.approx(losses[0], rel=1e-6)
     assert (grads[1] - grads[0]).abs().max().item() <= 1e-5 * grads[0].abs().max().item()
     assert grads[0].abs().max().item() > 0
+
+
+def test_tool_traces_run_in_the_sandbox_and_read_as_the_tool_episode_writes_them():
+    """Each trace's program, run in the real sandbox, prints the ground truth; its interpreter block is the text the
+    tool episode appends for that output; the model's part (the trace less that block) scores right."""
+    from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text, tool_trace
+    from dapo_rl.episode.tool import ToolFormat, extract_code
+    from dapo_rl.sandbox import ProgramRunner
+
+    samples = reasoning_gym_samples(
+        "chain_sum", 20, 11, {"min_terms": 2, "max_terms": 3, "min_digits": 4}, True
+    )
+    traces = [tool_trace(s) for s in samples]
+    codes = [extract_code(t.split("</code>")[0] + "</code>", ToolFormat()) for t in traces]
+    assert codes[0] == f"print({samples[0].extra_info['metadata']['expression']})"
+    with ProgramRunner(2) as runner:
+        results = runner.run(codes)
+    for s, t, r in zip(samples, traces, results):
+        assert (r.status, r.stdout) == ("ok", f"{s.ground_truth}\n")
+        block = tool_output_text(r.stdout, *RETOOL_TAGS[2:])
+        call, answer = t.split(block)
+        assert call.endswith("</code>") and answer == f"Answer: {s.ground_truth}"
+        res = compute_score_reasoning_gym("chain_sum", call + answer, s.ground_truth, s.extra_info)
+        assert res["acc"]
+    mixed = sft_completions(samples * 10, "tool_mixed", 0.25, seed=1)
+    assert 30 <= sum(c.startswith("<code>") for c in mixed) <= 70
+    assert sft_completions(samples, "tool", 0.0, 0) == traces
+    with pytest.raises(
+        DataError, match="sample x:1: tool traces are written for reasoning-gym chain_sum only"
+    ):
+        tool_trace(Sample("x:1", "math", samples[0].prompt, "1", {}))

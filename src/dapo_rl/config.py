@@ -23,6 +23,8 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from dapo_rl.data.solutions import RETOOL_TAGS
+
 
 class ConfigError(ValueError):
     """A configuration that cannot be used: unknown key, wrong type or value, unreadable recipe."""
@@ -489,14 +491,15 @@ class ToolConfig:
     """Address space of one program, MiB."""
     num_workers: int = 2
     """Sandbox processes running programs side by side (`dapo_rl.sandbox.ProgramRunner`)."""
-    call_start: str = "<code>"
-    """Opens a call (ReTool's tag); a Markdown fence inside it is unwrapped."""
-    call_end: str = "</code>"
-    """Closes a call: the engine stops there (`SamplingParams.stop`)."""
-    output_start: str = "<interpreter>"
-    """Opens the tool's output (ReTool's tag)."""
-    output_end: str = "</interpreter>"
-    """Closes it."""
+    call_start: str = RETOOL_TAGS[0]
+    """Opens a call (ReTool's `<code>`); a Markdown fence inside it is unwrapped. The embedded warm-up's tool traces
+    (`sft.completion=tool_mixed`) use ReTool's tags."""
+    call_end: str = RETOOL_TAGS[1]
+    """Closes a call (`</code>`): the engine stops there (`SamplingParams.stop`)."""
+    output_start: str = RETOOL_TAGS[2]
+    """Opens the tool's output (ReTool's `<interpreter>`)."""
+    output_end: str = RETOOL_TAGS[3]
+    """Closes it (`</interpreter>`)."""
 
     def check(self) -> None:
         """Raises ConfigError: a bound outside its range, or an empty tag."""
@@ -916,9 +919,12 @@ class SFTConfig:
     completion: str = "answer"
     """Supervised targets: `answer` (`Answer: N`), `steps` (one line per operation, then `Answer: N`; chain_sum only,
     `dapo_rl.data.solutions`) or `mixed` (each problem takes the worked steps with probability `steps_fraction`): a
-    warm-up with a spread of response lengths for RL to move along."""
+    warm-up with a spread of response lengths for RL to move along; `tool` (a Python call, its output, the answer:
+    `<code>print(48213 - 9917 + 30466)</code>`, `<interpreter>` 68762 `</interpreter>`, `Answer: 68762`; chain_sum
+    only) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer), for
+    `episode.name=tool`."""
     steps_fraction: float = 0.5
-    """Share of worked-step targets with `completion=mixed`."""
+    """Share of worked-step targets with `completion=mixed`, of tool traces with `completion=tool_mixed`."""
     autocast_dtype: str = "none"
     """`none`, `bfloat16` or `auto` (bf16 where it measures faster), as `actor.autocast_dtype`."""
     attn_implementation: str = "sdpa"

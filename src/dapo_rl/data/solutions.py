@@ -24,8 +24,47 @@ from dapo_rl.data.dataset import DataError, Sample
 
 _TERM = re.compile(r"\s*([+-])\s*(\d+)")
 
-COMPLETION_STYLES = ("answer", "steps", "mixed")
-"""`SFTConfig.completion` values: bare `Answer: N`, worked steps, or a seeded mix of the two."""
+COMPLETION_STYLES = ("answer", "steps", "mixed", "tool", "tool_mixed")
+"""`SFTConfig.completion` values: bare `Answer: N`, worked steps, or a seeded mix of the two; a Python tool call and
+its output before the answer (`tool_trace`), or a seeded mix of tool traces and bare answers."""
+
+RETOOL_TAGS = ("<code>", "</code>", "<interpreter>", "</interpreter>")
+"""ReTool's tags (arXiv 2504.11536): a call opens and closes, then the tool's output opens and closes: the defaults
+of `episode.tool.call_start`, `call_end`, `output_start`, `output_end` and the tags of `tool_trace`."""
+
+
+def tool_output_text(stdout: str, output_start: str, output_end: str) -> str:
+    """A tool call's output as the tool episode appends it to the context (`dapo_rl.episode.tool`): on lines of its
+    own between the output tags, `"\n<interpreter>\n68762\n\n</interpreter>\n"` for a program that printed
+    `68762`."""
+    return f"\n{output_start}\n{stdout}\n{output_end}\n"
+
+
+def tool_trace(sample: Sample, tags: tuple[str, str, str, str] = RETOOL_TAGS) -> str:
+    """A response that computes a chain_sum with the Python tool and then answers: the call, the output the tool
+    episode would append (`tool_output_text`), the answer::
+
+        <code>print(48213 - 9917 + 30466)</code>
+        <interpreter>
+        68762
+
+        </interpreter>
+        Answer: 68762
+
+    Raises:
+        DataError: not a reasoning-gym chain_sum sample, or its expression does not give its ground truth.
+    """
+    meta = (sample.extra_info or {}).get("metadata") or {}
+    expression = meta.get("expression") if isinstance(meta, dict) else None
+    if sample.data_source != "reasoning_gym/chain_sum" or not isinstance(expression, str):
+        raise DataError(
+            f"sample {sample.uid}: tool traces are written for reasoning-gym chain_sum only "
+            f"(data_source {sample.data_source!r})"
+        )
+    worked_solution(sample)  # the expression's value is the ground truth
+    call_start, call_end, output_start, output_end = tags
+    out = tool_output_text(f"{sample.ground_truth}\n", output_start, output_end)
+    return f"{call_start}print({expression.strip()}){call_end}{out}Answer: {sample.ground_truth}"
 
 
 def chain_steps(expression: str) -> list[str]:
@@ -94,9 +133,10 @@ def sft_completions(samples: list[Sample], style: str, steps_fraction: float, se
 
     Args:
         samples: the warm-up problems.
-        style: `answer` (`"Answer: N"`), `steps` (`worked_solution`) or `mixed` (each sample takes the worked
-            solution with probability `steps_fraction`, drawn from a generator seeded with `seed`).
-        steps_fraction: in [0, 1]; used by `mixed` only.
+        style: `answer` (`"Answer: N"`), `steps` (`worked_solution`), `mixed` (each sample takes the worked
+            solution with probability `steps_fraction`, drawn from a generator seeded with `seed`), `tool`
+            (`tool_trace`) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer).
+        steps_fraction: in [0, 1]; used by `mixed` and `tool_mixed` only.
         seed: seed of the style draws.
 
     Raises:
@@ -110,6 +150,10 @@ def sft_completions(samples: list[Sample], style: str, steps_fraction: float, se
     rng = random.Random(seed)
     out: list[str] = []
     for s in samples:
+        if style in ("tool", "tool_mixed"):
+            tool = style == "tool" or rng.random() < steps_fraction
+            out.append(tool_trace(s) if tool else f"Answer: {s.ground_truth}")
+            continue
         worked = style == "steps" or (style == "mixed" and rng.random() < steps_fraction)
         out.append(worked_solution(s) if worked else f"Answer: {s.ground_truth}")
     return out

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text
 from dapo_rl.episode.base import Episode, register_episode
 from dapo_rl.episode.records import Rollout
 from dapo_rl.episode.single_turn import Scorer
@@ -50,10 +51,10 @@ class ToolFormat:
         output_end: closes it.
     """
 
-    call_start: str = "<code>"
-    call_end: str = "</code>"
-    output_start: str = "<interpreter>"
-    output_end: str = "</interpreter>"
+    call_start: str = RETOOL_TAGS[0]
+    call_end: str = RETOOL_TAGS[1]
+    output_start: str = RETOOL_TAGS[2]
+    output_end: str = RETOOL_TAGS[3]
 
 
 def extract_code(turn_text: str, fmt: ToolFormat) -> str | None:
@@ -268,8 +269,9 @@ class ToolEpisode(Episode):
         """The token ids of one call's output, tags included, at most `max_output_tokens` (and `room`): the body is
         cut so that the closing tag stays. Returns `(ids, cut)`."""
         enc = self.tokenizer
-        head = enc(f"\n{self.fmt.output_start}\n", add_special_tokens=False)["input_ids"]
-        tail = enc(f"\n{self.fmt.output_end}\n", add_special_tokens=False)["input_ids"]
+        head, tail = tool_output_text("\0", self.fmt.output_start, self.fmt.output_end).split("\0")
+        head = enc(head, add_special_tokens=False)["input_ids"]
+        tail = enc(tail, add_special_tokens=False)["input_ids"]
         body = enc(text, add_special_tokens=False)["input_ids"]
         keep = max(0, min(self.max_output_tokens, room) - len(head) - len(tail))
         ids = head + body[:keep] + tail
