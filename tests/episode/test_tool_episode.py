@@ -190,3 +190,47 @@ def test_the_verifier_reads_the_models_text_only(tok, data):
         scorer = Scorer(tok, episode.pool)
         scorer([r], 300)  # the whole response, tool output included, would pass
         assert r.acc
+
+
+def _tool_update(path, tok, masks, stale_lp):
+    """One update of the real tiny actor on two trajectories whose middle tokens are a tool's (`masks`), the rows
+    stale so that pi_old is the recorded log-probs: those of the tool's tokens are `stale_lp`."""
+    import torch
+
+    from dapo_rl.actor import Actor, TrainBatch
+    from dapo_rl.config import ActorConfig, AlgorithmConfig
+
+    prompts = [tok("1 + 2 =\n")["input_ids"], tok("30 - 4 =\n")["input_ids"]]
+    responses = [
+        list(b"<code>print(1+2)</code>\n<interpreter>\n3\n</interpreter>\nAnswer: 3"),
+        list(b"Answer: 26"),
+    ]
+    tool = [
+        len(b"<code>print(1+2)</code>"),
+        len(b"<code>print(1+2)</code>\n<interpreter>\n3\n</interpreter>\n"),
+    ]
+    actor = Actor(str(path), ActorConfig(ppo_micro_batch_size=2, lr=1e-2, grad_clip=1e9), AlgorithmConfig())
+    lp = [[-1.0] * len(r) for r in responses]
+    lp[0][tool[0] : tool[1]] = [stale_lp] * (tool[1] - tool[0])
+    batch = TrainBatch.build(
+        prompts, responses, torch.tensor([1.0, -1.0]), torch.ones(2), tok.pad_token_id,
+        rollout_logprobs=lp, stale=[True, True], token_masks=masks(tool, responses),
+    )  # fmt: skip
+    actor.update(batch)
+    return {k: v.clone() for k, v in actor.model.state_dict().items()}
+
+
+def test_the_tools_tokens_get_no_gradient(model_dir, tok):
+    """The tool's tokens of a trajectory (loss mask 0) do not move the update: any recorded log-prob there gives
+    the same parameters; without the mask the same change moves them."""
+    import torch
+
+    def masked(tool, responses):
+        return [[0 if tool[0] <= t < tool[1] else 1 for t in range(len(responses[0]))], None]
+
+    a = _tool_update(model_dir, tok, masked, 0.0)
+    b = _tool_update(model_dir, tok, masked, -7.0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    c = _tool_update(model_dir, tok, lambda tool, responses: None, 0.0)
+    d = _tool_update(model_dir, tok, lambda tool, responses: None, -7.0)
+    assert any(not torch.allclose(c[k], d[k]) for k in c)
