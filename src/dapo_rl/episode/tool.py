@@ -306,7 +306,8 @@ class ToolEpisode(Episode):
 
     @property
     def seconds(self) -> float:
-        return self.scorer.seconds
+        """The verifier's seconds and the sandbox's (`time/score_s` counts both)."""
+        return self.scorer.seconds + self.tool_seconds
 
     def close(self) -> None:
         if self.owns_pool:
