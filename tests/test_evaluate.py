@@ -240,3 +240,37 @@ def test_a_problem_answer_parquet_is_read_too(tmp_path):
     pq.write_table(pa.table({"problem": ["1+1?", "2+2?", "1+1?"], "answer": [2, 4, 2]}), p)
     es = load_eval_set(p)
     assert [s.ground_truth for s in es.samples] == ["2", "4"] and es.extra["rows"] == 3
+
+
+def test_dapo_eval_with_the_tool_episode(model_dir, tmp_path, capsys):
+    """`--episode tool`: the same command samples through the tool episode (each generation's calls recorded, the
+    tool's share in the summary, the settings in eval_config.json); its flags refused where they do not apply."""
+    data = tmp_path / "mini.jsonl"
+    data.write_text(
+        "".join(json.dumps({"problem": f"{i} + 1 =", "answer": str(i + 1)}) + "\n" for i in range(3))
+    )
+    argv = ["eval", "--model", str(model_dir), "--data", str(data), "--n", "2", "--max-tokens", "8"]
+    out = tmp_path / "tool"
+    assert main([*argv, "--episode", "tool", "--max-tool-calls", "2", "--output", str(out)]) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(gens) == 6 and all(g["tool_calls"] == [] for g in gens)  # a random model writes no </code>
+    summary = json.loads((out / "summary.json").read_text())["mini"]
+    assert (summary["tool_used_rate"], summary["tool_calls_mean"]) == (0.0, 0.0)
+    settings = json.loads((out / "eval_config.json").read_text())
+    assert (settings["episode"], settings["max_tool_calls"]) == ("tool", 2)
+    plain = tmp_path / "plain"
+    assert main([*argv, "--output", str(plain)]) == 0
+    assert "episode" not in json.loads(
+        (plain / "eval_config.json").read_text()
+    )  # older outputs stay comparable
+    assert "tool_used_rate" not in json.loads((plain / "summary.json").read_text())["mini"]
+    capsys.readouterr()
+    assert main([*argv, "--max-tool-calls", "2", "--output", str(tmp_path / "x")]) == 2
+    assert "--max-tool-calls is for --episode tool" in capsys.readouterr().err
+    assert main([*argv, "--episode", "tool", "--max-tool-calls", "0", "--output", str(tmp_path / "x")]) == 2
+    assert "--max-tool-calls=0 must be >= 1" in capsys.readouterr().err
+    served = ["--engine", "openai", "--base-url", "http://127.0.0.1:9/v1"]
+    assert main([*argv, "--episode", "tool", *served, "--output", str(tmp_path / "x")]) == 2
+    assert "--episode tool needs a local model" in capsys.readouterr().err
+    assert main([*argv, "--episode", "nope", "--output", str(tmp_path / "x")]) == 2
+    assert "--episode='nope' is not one of single_turn, tool" in capsys.readouterr().err

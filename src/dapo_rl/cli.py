@@ -130,6 +130,18 @@ def _parser() -> argparse.ArgumentParser:
         "--max-retries", type=int, default=4, help="--engine openai: retries per request (default 4)"
     )
     ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
+    ev.add_argument(
+        "--episode",
+        default="single_turn",
+        help="single_turn | tool (the model may run Python in the sandbox, as episode.name=tool trains it; "
+        "ReTool's tags) | module:Class",
+    )
+    ev.add_argument(
+        "--max-tool-calls",
+        type=int,
+        default=None,
+        help="--episode tool: calls per response (episode.tool.max_calls)",
+    )
     ev.add_argument("--output", default="eval_out", help="output directory (default eval_out)")
     ev.add_argument("--batch-size", type=int, default=256, help="sequences generated together")
     ev.add_argument("--num-workers", type=int, default=1, help="scoring processes")
@@ -686,6 +698,33 @@ def _reward_config(args):
     return reward
 
 
+def _episode_config(args, served: bool):
+    """The `episode:` section `dapo eval` sets from `--episode` and `--max-tool-calls`, checked.
+
+    Raises:
+        ConfigError: a bad name, a tool flag without the tool, or the tool with a served model (its responses come
+            as text, not token ids the tool loop can continue).
+    """
+    from dapo_rl.config import ConfigError, EpisodeConfig
+
+    episode = EpisodeConfig(name=args.episode)
+    if args.max_tool_calls is not None:
+        if args.episode != "tool":
+            raise ConfigError("--max-tool-calls is for --episode tool")
+        episode.tool.max_calls = args.max_tool_calls
+    try:
+        episode.check()
+    except ConfigError as e:
+        raise ConfigError(
+            str(e).replace("episode.name", "--episode").replace("episode.tool.max_calls", "--max-tool-calls")
+        ) from e
+    if served and episode.name == "tool":
+        raise ConfigError(
+            "--episode tool needs a local model (--engine hf or vllm): a served model answers in text"
+        )
+    return episode
+
+
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
     import json
@@ -724,6 +763,7 @@ def _eval(args) -> int:
     if served and args.concurrency < 1:
         raise ConfigError(f"--concurrency={args.concurrency} must be >= 1")
     reward = _reward_config(args)
+    episode_cfg = _episode_config(args, served)
     rollout = RolloutConfig(name="hf" if served else args.engine, micro_batch_size=args.batch_size)
     try:
         check_engine(rollout, setting="--engine")
@@ -756,6 +796,8 @@ def _eval(args) -> int:
             "partial_credit",
         )
     }
+    if episode_cfg.name != "single_turn":  # an older evaluation's settings stay comparable
+        settings |= {"episode": episode_cfg.name, "max_tool_calls": episode_cfg.tool.max_calls}
     cfg_path = out / "eval_config.json"
     if cfg_path.exists():
         old = json.loads(cfg_path.read_text())
@@ -818,7 +860,10 @@ def _eval(args) -> int:
     summary = {}
     # evaluation reports the verifier's score: no shaping (`Episode.unshaped`)
     say = lambda m: print(f"dapo eval: {m}", file=sys.stderr)  # noqa: E731
-    with build_episode(Config(reward=reward), tok, log=say) as episode, open(gen_path, "a") as fh:
+    with (
+        build_episode(Config(reward=reward, episode=episode_cfg), tok, log=say) as episode,
+        open(gen_path, "a") as fh,
+    ):
 
         def append(records):
             fh.writelines(json.dumps(r.to_record(es.name), ensure_ascii=False) + "\n" for r in records)

@@ -126,7 +126,7 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
         sqrt(problems); None for one problem), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
         `response_length_mean`, `truncation_rate`, `error_rate` and `timeout_rate` (shares of the samples the
         verifier raised on or was killed on: `Rollout.status`; they count as wrong; None when a record's status is
-        `unknown`).
+        `unknown`); from a tool episode, `tool_used_rate` (share of samples with a call) and `tool_calls_mean`.
 
     Raises:
         ValueError: a problem without exactly n samples.
@@ -163,6 +163,9 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
     known = all(r.status != "unknown" for r in records)  # generations.jsonl lines from before `status`
     out["error_rate"] = float(np.mean([r.status == "error" for r in records])) if known else None
     out["timeout_rate"] = float(np.mean([r.status == "timeout" for r in records])) if known else None
+    if any(r.tool_calls is not None for r in records):  # a tool episode's
+        out["tool_used_rate"] = float(np.mean([bool(r.tool_calls) for r in records]))
+        out["tool_calls_mean"] = float(np.mean([len(r.tool_calls or ()) for r in records]))
     return out
 
 

@@ -97,8 +97,9 @@ class Rollout:
         return self.finish_reason == "length"
 
     def to_record(self, dataset: str) -> dict:
-        """The JSON line `dapo eval` writes to generations.jsonl."""
-        return {
+        """The JSON line `dapo eval` writes to generations.jsonl (`tool_calls` only from a tool episode)."""
+        tool = {} if self.tool_calls is None else {"tool_calls": self.tool_calls}
+        return tool | {
             "dataset": dataset,
             "problem_idx": self.problem_idx,
             "sample_idx": self.sample_idx,
@@ -177,6 +178,7 @@ class Rollout:
             response_length=int(r["response_length"]),
             vote=str(r.get("vote", "")),
             status=str(r.get("status", "unknown")),  # lines written before 2026-12-06 lack it
+            tool_calls=r.get("tool_calls"),
         )
 
 
