@@ -2,9 +2,14 @@
 program prints and how it ended, a table of hostile programs each contained (the runner usable after each, nothing
 of the program left running), a template killed from outside, the results' order, `dapo sandbox -c`."""
 
+import ctypes
 import json
 import os
 import signal
+import socket
+import stat
+import subprocess
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -56,6 +61,15 @@ def _threads_named(name: str) -> list[str]:
 
 def _stderr_last_line(r) -> str:
     return r.stderr.rstrip("\n").splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def victim():
+    """A process outside the sandbox, of the test's user (as the trainer is), that no program may touch."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +138,77 @@ def _row_reads(r, ctx) -> bool:
     return r.status == "error" and denied and ctx["secret_text"] not in r.stdout + r.stderr
 
 
+def _nofile(pid: int) -> str:
+    """The "Max open files" line of /proc/<pid>/limits."""
+    return next(
+        x for x in Path(f"/proc/{pid}/limits").read_text().splitlines() if x.startswith("Max open files")
+    )
+
+
+def _row_metadata(r, ctx) -> bool:
+    st = os.stat(ctx["victim_file"])
+    return (
+        r.status == "ok"
+        and r.stdout == "1 1 1 1 1 1\n"  # EPERM each: the system-call filter
+        and stat.S_IMODE(st.st_mode) == 0o644
+        and st.st_mtime_ns == ctx["victim_mtime"]
+        and st.st_size == 5
+        and os.listxattr(ctx["victim_file"]) == ["user.keep"]
+    )
+
+
+def _row_io_uring(r, ctx) -> bool:
+    try:
+        conn, _ = ctx["listener"].accept()  # non-blocking: a connection that reached it would be waiting
+    except BlockingIOError:
+        conn = None
+    if conn is not None:
+        conn.close()
+    return (
+        r.status == "error"
+        and _stderr_last_line(r) == "OSError: [Errno 38] Function not implemented"
+        and conn is None
+    )
+
+
+IO_URING_CONNECT = """\
+import ctypes, mmap, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def check(rc):
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, __import__('os').strerror(e))
+    return rc
+params = ctypes.create_string_buffer(120)
+ring = check(libc.syscall(425, 4, params))  # io_uring_setup
+sq_entries, cq_entries = struct.unpack_from('II', params.raw, 0)
+_, sq_tail, sq_mask_at, _, _, _, sq_array = struct.unpack_from('7I', params.raw, 40)
+cq_head, _, cq_mask_at, _, _, cqes = struct.unpack_from('6I', params.raw, 80)
+sq = mmap.mmap(ring, sq_array + 4 * sq_entries, offset=0)
+cq = mmap.mmap(ring, cqes + 16 * cq_entries, offset=0x8000000)
+sq_mask, cq_mask = struct.unpack_from('I', sq, sq_mask_at)[0], struct.unpack_from('I', cq, cq_mask_at)[0]
+sqes = mmap.mmap(ring, 64 * sq_entries, offset=0x10000000)
+addr = ctypes.create_string_buffer(struct.pack('H', 1) + {sock!r}.encode() + bytes(1))
+def submit(opcode, fd, off, ptr, length):
+    tail = struct.unpack_from('I', sq, sq_tail)[0]
+    sqes[0:64] = struct.pack('BBHiQQII', opcode, 0, 0, fd, off, ptr, length, 0) + bytes(32)
+    struct.pack_into('I', sq, sq_array + 4 * (tail & sq_mask), 0)
+    struct.pack_into('I', sq, sq_tail, tail + 1)
+    check(libc.syscall(426, ring, 1, 1, 1, None, 0))  # io_uring_enter, wait for one completion
+    head = struct.unpack_from('I', cq, cq_head)[0]
+    res = struct.unpack_from('i', cq, cqes + 16 * (head & cq_mask) + 8)[0]
+    struct.pack_into('I', cq, cq_head, head + 1)
+    return res
+fd = submit(45, 1, 1, 0, 0)  # IORING_OP_SOCKET AF_UNIX SOCK_STREAM
+print('socket', fd)
+print('connect', submit(16, fd, len(addr.raw), ctypes.addressof(addr), 0))  # IORING_OP_CONNECT
+"""
+
+
 def _row_write(r, ctx) -> bool:
-    denied = _stderr_last_line(r).startswith("PermissionError: [Errno 13] Permission denied")
+    last = _stderr_last_line(r)  # the read-only mount answers first where it is there, else Landlock
+    denied = last.startswith(("PermissionError: [Errno 13]", "OSError: [Errno 30] Read-only file system"))
     return r.status == "error" and denied and not os.path.exists(ctx["outside"])
 
 
@@ -240,6 +323,74 @@ HOSTILE = [
         lambda r, ctx: r.status == "error" and _stderr_last_line(r).startswith("PermissionError"),
     ),
     (
+        "host_file_metadata",  # the program runs as the owner of host files: the mount is read-only, seccomp denies
+        "import os\n"
+        "V = {victim_file!r}\n"
+        "out = []\n"
+        "for f in (lambda: os.chmod(V, 0o4755), lambda: os.utime(V, (0, 0)), lambda: os.setxattr(V, 'user.x', b'1'),\n"
+        "          lambda: os.chown(V, 0, 0), lambda: os.truncate(V, 0), lambda: os.removexattr(V, 'user.keep')):\n"
+        "    try:\n"
+        "        f()\n"
+        "        out.append('done')\n"
+        "    except OSError as e:\n"
+        "        out.append(str(e.errno))\n"
+        "print(*out)",
+        "files",
+        _row_metadata,
+    ),
+    (
+        "prlimit_other_process",  # would set another process's limits (the trainer's: crippled or killed)
+        "import resource\nresource.prlimit({victim}, resource.RLIMIT_NOFILE, (3, 3))",
+        "processes",
+        lambda r, ctx: (
+            r.status == "error"
+            and _stderr_last_line(r).startswith("PermissionError")
+            and _nofile(ctx["victim"]) == ctx["victim_nofile"]
+        ),
+    ),
+    (
+        "name_other_process",  # the template's PID namespace: its parent is pid 1, no process outside can be named
+        "import os\nprint(os.getppid())\nos.sched_getparam({victim})",
+        "isolation",
+        lambda r, ctx: (
+            r.status == "error"
+            and r.stdout == "1\n"
+            and _stderr_last_line(r).startswith("ProcessLookupError")
+        ),
+    ),
+    (
+        "io_uring_connect",  # io_uring's own socket and connect operations, past the socket/connect filter
+        IO_URING_CONNECT,
+        "network",
+        _row_io_uring,
+    ),
+    (
+        "signal_owner",  # F_SETOWN / FIOSETOWN would let the kernel signal another process (SIGIO, SIGURG)
+        "import fcntl, os, struct\n"
+        "r, w = os.pipe()\n"
+        "out = []\n"
+        "for f in (lambda: fcntl.fcntl(r, fcntl.F_SETOWN, {victim}), lambda: fcntl.fcntl(r, 10, 9),\n"
+        "          lambda: fcntl.ioctl(r, 0x8901, struct.pack('i', {victim}))):\n"
+        "    try:\n"
+        "        f()\n"
+        "        out.append('set')\n"
+        "    except OSError as e:\n"
+        "        out.append(str(e.errno))\n"
+        "print(*out, fcntl.fcntl(r, fcntl.F_GETOWN))",
+        "processes",
+        lambda r, ctx: r.status == "ok" and r.stdout == "1 1 1 0\n",
+    ),
+    (
+        "report_flood",  # a forged report too long for the template's answer, and a flood of output
+        "import json, os\n"
+        "os.write(3, (json.dumps({{'raised': chr(233) * 32000}}, ensure_ascii=False) + chr(10)).encode())\n"
+        "print('z' * 10**6)",
+        None,
+        lambda r, ctx: (
+            r.status == "error" and len(r.detail) <= 200 and r.truncated and r.stdout == "z" * 1000
+        ),
+    ),
+    (
         "orphan_daemon_thread",
         "import ctypes, threading, time\n"
         "def spin():\n"
@@ -266,12 +417,28 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("name,code,layer,check", HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_a_hostile_program_is_contained_and_the_runner_goes_on(runner, tmp_path, name, code, layer, check):
+def test_a_hostile_program_is_contained_and_the_runner_goes_on(
+    runner, victim, tmp_path, name, code, layer, check
+):
     if layer and not runner.layers.get(layer):
         pytest.skip(f"this machine lacks the {layer} layer: {runner.missing}")
     secret = tmp_path / "secret.txt"
     secret.write_text("the host's secret")
+    victim_file = tmp_path / "victim.txt"  # owned by the test's user, as the trainer's files are
+    victim_file.write_text("hello")
+    victim_file.chmod(0o644)
+    os.setxattr(victim_file, "user.keep", b"1")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "sock"))
+    listener.listen(1)
+    listener.setblocking(False)
     ctx = {
+        "victim": victim.pid,
+        "victim_nofile": _nofile(victim.pid),
+        "victim_file": str(victim_file),
+        "victim_mtime": victim_file.stat().st_mtime_ns,
+        "sock": str(tmp_path / "sock"),
+        "listener": listener,
         "secret": str(secret),
         "secret_text": "the host's secret",
         "tmp": str(tmp_path),
@@ -280,11 +447,15 @@ def test_a_hostile_program_is_contained_and_the_runner_goes_on(runner, tmp_path,
         "marker": f"dapo-{name[:9]}"[:15],
     }
     (template,) = runner.pids
-    (r,) = runner.run([code.format(**ctx)])
-    assert check(r, ctx), r
+    (inner,) = _descendants(template)  # the template proper, below its launcher; programs run below it
+    try:
+        (r,) = runner.run([code.format(**ctx)])
+        assert check(r, ctx), r
+    finally:
+        listener.close()
     assert SECRET_VALUE not in r.stdout + r.stderr
     # contained: the template lives on, nothing of the program is left running, the next program runs
-    assert runner.pids == [template] and _descendants(template) == []
+    assert runner.pids == [template] and _descendants(template) == [inner]
     assert not _threads_named(ctx["marker"])
     assert [(x.status, x.stdout) for x in runner.run(["print(1+1)"])] == [("ok", "2\n")]
 
@@ -331,14 +502,15 @@ def test_a_template_killed_from_outside_costs_its_call_a_sandbox_error_and_is_re
 
 def test_results_come_back_in_input_order_from_both_templates():
     programs = [
-        f"import os, time\ntime.sleep({0.3 if i % 3 == 0 else 0.0})\nprint({i}, os.getppid())"
+        f"import os, time\ntime.sleep({0.3 if i % 3 == 0 else 0.0})\nprint({i}, os.getcwd())"
         for i in range(12)
     ]
     with ProgramRunner(2, ProgramLimits(wall_s=5.0)) as r:
         res = r.run(programs)
-        pids = set(r.pids)
+        workroots = {t.workroot for t in r._slots}
     assert [x.stdout.split()[0] for x in res] == [str(i) for i in range(12)]
-    assert {int(x.stdout.split()[1]) for x in res} == pids and len(pids) == 2  # the parent is a template
+    # each template's working directory: both ran programs
+    assert {x.stdout.split()[1] for x in res} == workroots and len(workroots) == 2
     assert all(x.status == "ok" for x in res)
     assert r.pids == []
     with pytest.raises(RuntimeError, match="closed"):
@@ -351,7 +523,7 @@ def test_the_template_environment_and_the_read_allow_list():
     assert os.path.realpath(os.path.dirname(os.__file__)) in paths  # the standard library
     with ProgramRunner(1) as r:
         assert r.missing == [] or all(isinstance(m, str) for m in r.missing)
-        assert set(r.layers) == {"rlimits", "files", "reads", "network", "processes", "disk"}
+        assert set(r.layers) == {"rlimits", "files", "reads", "network", "processes", "isolation", "disk"}
         (template,) = r.pids
         env = Path(f"/proc/{template}/environ").read_bytes().split(b"\0")
         assert sorted(e.split(b"=")[0] for e in env if e) == [b"LANG", b"PATH", b"TMPDIR"]
@@ -370,7 +542,7 @@ def test_dapo_sandbox_prints_one_json_object(capsys, tmp_path):
         "detail": "",
     }
     assert (
-        set(out["layers"]) == {"rlimits", "files", "reads", "network", "processes", "disk"}
+        set(out["layers"]) == {"rlimits", "files", "reads", "network", "processes", "isolation", "disk"}
         and "missing" in out
     )
     prog = tmp_path / "p.py"
@@ -382,3 +554,259 @@ def test_dapo_sandbox_prints_one_json_object(capsys, tmp_path):
     assert (out["status"], out["stdout"], out["detail"]) == ("error", "cba\n", "exit status 3")
     assert main(["sandbox", "-c", "import time\ntime.sleep(5)", "--timeout-s", "0.5"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "timeout"
+
+
+def test_the_template_sees_the_host_read_only_and_without_set_user_id(runner):
+    """The template's mount namespace: every mount read-only and nosuid (the program's owner rights on host files
+    change nothing), but for the working directory's tmpfs while a call runs."""
+    (template,) = runner.pids
+    mounts = [line.split() for line in Path(f"/proc/{template}/mountinfo").read_text().splitlines()]
+    assert mounts
+    writable = [m[4] for m in mounts if not {"ro", "nosuid"} <= set(m[5].split(","))]
+    assert writable == []
+
+
+def test_sysv_shared_memory_does_not_outlive_the_call(runner):
+    """No SysV IPC (seccomp), and an IPC namespace per template: nothing a program makes outlives it on the host."""
+    key = 0x5D000000 | (os.getpid() & 0xFFFFF)
+    make = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"shmid = libc.shmget({key}, 1 << 20, 0o1600)\n"  # IPC_CREAT | 0600
+        "print(shmid >= 0, ctypes.get_errno())"
+    )
+    (template,) = runner.pids
+    try:
+        (res,) = runner.run([make])
+        assert (res.status, res.stdout) == ("ok", "False 1\n")  # EPERM
+        keys = [line.split()[0] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+        assert str(key) not in keys
+        assert os.readlink(f"/proc/{template}/ns/ipc") != os.readlink("/proc/self/ns/ipc")
+    finally:  # what the bug left on the host
+        for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+            if line.split()[0] == str(key):
+                ctypes.CDLL(None).shmctl(int(line.split()[1]), 0, None)  # IPC_RMID
+
+
+def test_a_program_cannot_spoil_the_working_directory_of_the_next(runner):
+    """Each call gets a fresh tmpfs: a directory made unremovable, nesting too deep to remove recursively, and
+    inodes by the thousand leave the next program its whole disk."""
+    fill = "for i in range(4):\n    open(f'd/f{i}', 'wb').write(b'x' * (15 << 20))\n"
+    locked = "import os\nos.mkdir('d')\n" + fill + "os.chmod('d', 0o500)"
+    deep = "import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')"
+    many = (
+        "import os\nn = 0\ntry:\n    while True:\n        open(f'{n}', 'w').close()\n        n += 1\n"
+        "except OSError as e:\n    print(n, e.errno)"
+    )
+    again = "import os\nos.mkdir('d')\n" + fill + "print(len(os.listdir('.')), len(os.listdir('d')))"
+    (template,) = runner.pids
+    res = runner.run([locked, again, deep, again, many, again])
+    assert res[0].status == "error" and _stderr_last_line(res[0]).startswith("PermissionError")  # no chmod
+    assert (res[2].status, res[2].stdout) == ("ok", "deep\n")
+    n, err = res[4].stdout.split()
+    assert res[4].status == "ok" and err == "28" and 1000 < int(n) < TABLE_LIMITS.disk_files
+    assert [(x.status, x.stdout) for x in res[1::2]] == [("ok", "1 4\n")] * 3
+    assert runner.pids == [template]
+
+
+def test_a_program_finds_no_other_call_s_data_in_its_process(runner):
+    """The child is a fork of the template: nothing of an earlier call (its result) is left where a program could
+    walk to it (its callers' frames, the objects the garbage collector knows)."""
+    first = (
+        "print('EARLIER' + '-CALL-' + 'OUTPUT')"  # the marker is folded at compile time, never in a source
+    )
+    look = textwrap.dedent(
+        """\
+        import gc, sys
+        m = ''.join(['EARLIER', '-CALL-', 'OUTPUT'])
+        def has(v, depth=0):
+            if v is m:
+                return False
+            if isinstance(v, str):
+                return m in v
+            if isinstance(v, (bytes, bytearray)):
+                return m.encode() in v
+            if depth < 3 and isinstance(v, dict):
+                return any(has(x, depth + 1) for x in [*v.keys(), *v.values()])
+            if depth < 3 and isinstance(v, (list, tuple)):
+                return any(has(x, depth + 1) for x in v)
+            return False
+        found, f = [], sys._getframe()
+        while f is not None:
+            if any(has(v) for v in f.f_locals.values()):
+                found.append(f.f_code.co_name)
+            f = f.f_back
+        print(found + [type(o).__name__ for o in gc.get_objects() if has(o)])
+        """
+    )
+    res = runner.run([first, look])
+    assert [(x.status, x.stdout) for x in res] == [("ok", "EARLIER-CALL-OUTPUT\n"), ("ok", "[]\n")]
+
+
+def test_killing_the_template_mid_call_leaves_no_process_of_the_program():
+    """The program clears its parent-death signal: its PID namespace still ends with the template."""
+    marker = "dapo-orphan"
+    with ProgramRunner(1, ProgramLimits(wall_s=10.0)) as r:
+        (old,) = r.pids
+        killer = threading.Timer(1.0, os.kill, (old, signal.SIGKILL))
+        killer.start()
+        program = (
+            "import ctypes, time\nlibc = ctypes.CDLL(None)\nlibc.prctl(1, 0)\n"
+            f"libc.prctl(15, {marker!r}.encode())\ntime.sleep(8)"
+        )
+        (res,) = r.run([program])
+        killer.join()
+        assert res.status == "sandbox_error"
+        deadline = time.monotonic() + 3
+        while _threads_named(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _threads_named(marker) == []
+
+
+def test_a_runner_started_in_a_thread_that_ended_keeps_its_templates():
+    """A template does not die with the thread that started it (the parent-death signal follows the thread)."""
+    box: dict = {}
+    starter = threading.Thread(
+        target=lambda: box.setdefault("r", ProgramRunner(1, ProgramLimits(wall_s=5.0)))
+    )
+    starter.start()
+    starter.join()
+    r = box["r"]
+    try:
+        (pid,) = r.pids
+        time.sleep(0.5)
+        out: list = []
+        user = threading.Thread(target=lambda: out.extend(r.run(["print(1)"])))
+        user.start()
+        user.join()
+        assert [(x.status, x.stdout) for x in out] == [("ok", "1\n")]
+        assert r.pids == [pid]
+    finally:
+        r.close()
+
+
+def test_no_process_group_is_signalled_after_its_template_was_reaped(monkeypatch):
+    """A reaped template's pid (its process group's id) may already be another process's."""
+    r = ProgramRunner(1, ProgramLimits(wall_s=5.0))
+    (t,) = r._slots
+    calls, real = [], os.killpg
+
+    def spy(pgid, sig):
+        calls.append((pgid, t.proc.returncode))
+        return real(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", spy)
+    r.close()
+    assert t.proc.returncode is not None
+    assert [rc for _, rc in calls if rc is not None] == []
+
+
+def test_a_template_stopped_while_it_starts_prints_no_traceback(capfd):
+    from dapo_rl.sandbox.program import _Template
+
+    t = _Template()
+    t.stop()  # its pipes closed at once: it writes its ready line to no reader
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def _confined_child(tmp_path: Path, abi: int | None, seccomp: bool) -> dict:
+    """`confine` in a forked child whose Landlock claims ABI `abi` (None: the kernel's), with or without its seccomp
+    filter: the ``files`` layer it reports, its notes, and what ``truncate(2)`` did to a file outside its
+    directory (True: truncated; else the errno)."""
+    from dapo_rl.sandbox import confinement
+
+    victim = tmp_path / f"victim-{abi}-{seccomp}.txt"
+    victim.write_text("hello")
+    work = tmp_path / f"work-{abi}-{seccomp}"
+    work.mkdir()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            if abi is not None:
+                import landlockpy._syscall
+
+                landlockpy._syscall.abi_version = lambda: abi
+            if not seccomp:
+                confinement._seccomp = lambda *a, **k: "no seccomp filter (switched off by the test)"
+            c = confinement.confine(str(work), unshare_network=False)
+            try:
+                os.truncate(victim, 0)
+                done: bool | int = True
+            except OSError as e:
+                done = e.errno
+            os.write(w, json.dumps({"files": c.files, "missing": c.missing(), "truncate": done}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        out = json.loads(f.read())
+    out["size"] = victim.stat().st_size
+    return out
+
+
+def landlockpy_abi() -> int:
+    import landlockpy
+
+    return landlockpy.abi_version()
+
+
+def test_the_files_layer_is_complete_only_where_truncation_is_denied(tmp_path):
+    """Landlock handles truncate(2) from ABI 3; below it, only the seccomp filter stops it."""
+    old_with_filter = _confined_child(tmp_path, 2, seccomp=True)
+    assert (old_with_filter["files"], old_with_filter["truncate"], old_with_filter["size"]) == (True, 1, 5)
+    old_alone = _confined_child(tmp_path, 2, seccomp=False)
+    assert (old_alone["files"], old_alone["truncate"], old_alone["size"]) == (False, True, 0)
+    assert any("truncat" in m for m in old_alone["missing"])
+    if landlockpy_abi() >= 3:
+        new_alone = _confined_child(tmp_path, None, seccomp=False)
+        assert (new_alone["files"], new_alone["truncate"], new_alone["size"]) == (True, 13, 5)
+
+
+def test_a_filter_compiled_ahead_is_the_one_built_for_the_pid():
+    """`compile_seccomp` with the pid filled in, byte for byte the filter `confine` would build for that pid."""
+    from dapo_rl.sandbox import confinement
+
+    program = bytearray(confinement.compile_seccomp(self_signals_only=True, deny_metadata=True))
+    ks = memoryview(program).cast("I")[1::2]
+    for i, k in enumerate(ks):
+        if k == confinement._PID_PLACEHOLDER:
+            ks[i] = 4242
+    direct = confinement._filter(True, True, 4242)
+    fd = os.memfd_create("test-bpf")
+    with os.fdopen(fd, "w+b") as f:
+        direct.export_bpf(f)
+        f.seek(0)
+        assert bytes(program) == f.read()
+
+
+def test_a_template_that_cannot_clean_up_answers_then_retires(monkeypatch, tmp_path):
+    """The call is answered (its program ran); the template says it retires, and the runner takes the answer."""
+    import io
+    from dataclasses import asdict
+
+    from dapo_rl.sandbox import program, program_template
+
+    place = program_template.Place(
+        netns=False,
+        sealed=False,
+        disk=False,
+        pidns=False,
+        ipcns=False,
+        read_paths=python_install_paths(),
+        workroot=str(tmp_path),
+    )
+
+    def rmtree(path):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    sent: list = []
+    monkeypatch.setattr(program_template.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(program_template, "_send", sent.append)
+    request = {"code": "print(1)", "limits": asdict(ProgramLimits())}
+    stdin = io.BytesIO(json.dumps(request).encode() + b"\n")
+    assert program_template._serve_one(stdin, place) is False
+    (answer,) = sent
+    assert (answer["status"], answer["stdout"]) == ("ok", "1\n") and "RecursionError" in answer["retire"]
+    assert program._result(answer, ProgramLimits()).stdout == "1\n"

@@ -17,18 +17,32 @@ A process that scores, parses or (later) runs what a model wrote calls `confine`
 - **no new processes, no exec, no new sockets**: a seccomp filter (``pyseccomp`` over the system's libseccomp) fails
   ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` (threads stay allowed), ``clone3`` (``ENOSYS``, so the C
   library falls back to ``clone``), ``execve``, ``execveat``, ``socket``, ``socketpair`` and ``connect`` with
-  ``EPERM`` (a pathname UNIX socket, such as multiprocessing's fork server's, is otherwise reachable).
+  ``EPERM`` (a pathname UNIX socket, such as multiprocessing's fork server's, is otherwise reachable), and
+  ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` with ``ENOSYS`` (as Docker's default profile: io_uring
+  has socket and connect operations of its own that no system-call filter sees).
+- **no escape hatches** (the same filter, `ESCAPE_SYSCALLS`, ``EPERM``): ``ptrace``, ``process_vm_readv``/``writev``,
+  ``pidfd_getfd``, ``kcmp``, ``userfaultfd``, ``bpf``, ``perf_event_open``, the key-ring calls, ``unshare``,
+  ``setns``, every mount call, ``name_to_handle_at``/``open_by_handle_at``, ``syslog``, ``truncate`` by path
+  (Landlock handles truncation only from ABI 3), SysV IPC and POSIX message queues (objects that outlive the process,
+  or belong to others). No confined process needs any of them.
 
-Two options for callers that run whole programs (the program sandbox, `dapo_rl.sandbox.program`); the reward
-pool's workers use neither:
+Three options for callers that run whole programs (the program sandbox, `dapo_rl.sandbox.program`); the reward
+pool's workers use none:
 
 - **no reads outside an allow-list** (`read_paths`): Landlock also handles reading files and listing directories,
   allowed only under the given paths (the Python installation, `python_install_paths`) and the working directory;
   ``/proc`` (another process's environment or memory), ``/etc`` and the caller's files are then unreadable.
 - **signals only to itself** (`self_signals_only`): the seccomp filter also fails ``kill``, ``tgkill`` and
   ``rt_(tg)sigqueueinfo`` aimed at any other process, ``tkill``, ``pidfd_open``, ``pidfd_send_signal``,
-  ``ptrace`` and ``process_vm_readv``/``writev`` (Landlock's signal scoping, ABI >= 6, does the same where the kernel
-  has it; this covers older kernels).
+  ``prlimit64`` on any process but itself (pid 0), and the requests that make the kernel signal a process later:
+  ``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` and ``ioctl`` ``FIOSETOWN``/``SIOCSPGRP`` (the command compared
+  on its low 32 bits, as the kernel reads it). Landlock's signal scope (ABI >= 6) denies signals to processes
+  outside the sandbox as well; on older kernels this filter is the only guard.
+- **no metadata changes** (`deny_metadata`): the filter also fails ``chmod``/``fchmod``/``fchmodat``/``fchmodat2``,
+  the ``chown`` family, ``utime``/``utimes``/``utimensat``/``futimesat``, every call that sets or removes an
+  extended attribute, ``file_setattr``, and ``ioctl`` ``FS_IOC_SETFLAGS``/``FS_IOC_FSSETXATTR``. Landlock does not
+  control any of these: a process that owns host files by uid (root's files, for a process running as root) could
+  otherwise set their set-user-ID bit.
 
 The caller also closes the descriptors it inherited and does not need before it confines itself (the sandbox's
 workers keep only their pipe: `dapo_rl.sandbox.workers`), and reads what the process sends back as data, never
@@ -53,9 +67,99 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
+
+ESCAPE_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "mount_setattr",
+    "open_tree",
+    "open_tree_attr",
+    "move_mount",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "syslog",
+    "truncate",
+    "shmget",
+    "shmat",
+    "shmctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+)
+"""System calls every confined process fails with ``EPERM`` (the module docstring)."""
+
+METADATA_SYSCALLS = (
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "removexattrat",
+    "file_setattr",
+)
+"""System calls that change a file's mode, owner, times or extended attributes (`deny_metadata`)."""
+
+_NEW_SYSCALLS = {
+    "fchmodat2": 452,
+    "setxattrat": 463,
+    "removexattrat": 466,
+    "open_tree_attr": 467,
+    "file_setattr": 469,
+}
+"""Numbers of recent system calls an older libseccomp cannot name: the same on x86-64 and arm64, as every system call
+numbered from 424 on (``arch/x86/entry/syscalls/syscall_64.tbl``, ``include/uapi/asm-generic/unistd.h``)."""
+
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
+FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR = 0x40086602, 0x40046602, 0x401C5820
 
 
 @dataclass(frozen=True)
@@ -80,12 +184,16 @@ class Confinement:
 
     rlimits: bool = False
     files: bool = False
-    """No writes outside the working directory, no exec (Landlock)."""
+    """No writes outside the working directory, no exec (Landlock); complete only where truncation by path is denied
+    too (Landlock ABI >= 3, or the seccomp filter)."""
     reads: bool = False
     """No reads outside `read_paths` and the working directory (Landlock; only when `confine` was given
     `read_paths`)."""
     network: bool = False
     processes: bool = False
+    metadata: bool = False
+    """No changes to files' mode, owner, times or extended attributes (seccomp; only when `confine` was given
+    `deny_metadata`)."""
     notes: list[str] = field(default_factory=list)
     """Why a layer is missing, one line each."""
 
@@ -139,15 +247,15 @@ def python_install_paths() -> list[str]:
     return out
 
 
-def _landlock(workdir: str, read_paths: Sequence[str] | None) -> tuple[bool, bool, str | None]:
+def _landlock(workdir: str, read_paths: Sequence[str] | None) -> tuple[bool, bool, bool, str | None]:
     """Landlock: writes and execution (and, with `read_paths`, reads) only as allowed, TCP denied, signals scoped.
-    Returns (files, tcp, why not)."""
+    Returns (files, truncation handled, tcp, why not)."""
     try:
         import landlockpy as ll
     except ImportError:
-        return False, False, "landlockpy is not installed (pip install landlockpy)"
+        return False, False, False, "landlockpy is not installed (pip install landlockpy)"
     if ll.abi_version() < 1:
-        return False, False, "the kernel has no Landlock (Linux >= 5.13 with landlock in its LSM list)"
+        return False, False, False, "the kernel has no Landlock (Linux >= 5.13 with landlock in its LSM list)"
     fs = ll.AccessFS
     writes = (
         fs.WRITE_FILE
@@ -177,44 +285,132 @@ def _landlock(workdir: str, read_paths: Sequence[str] | None) -> tuple[bool, boo
         if os.path.exists("/dev/null"):
             rules.allow_path("/dev/null", fs.WRITE_FILE | (reads & fs.READ_FILE))
         rules.restrict()
-        return True, bool(rules.handled_net), None
+        return True, bool(rules.handled_fs & fs.TRUNCATE), bool(rules.handled_net), None
 
 
-def _seccomp(self_signals_only: bool = False) -> str | None:
-    """Fail process creation and exec (and, with `self_signals_only`, signals to and tracing of other processes);
-    None when done, else why not."""
+def _syscall_number(sc, name: str) -> int | None:
+    """The native number of system call `name`, or None where neither libseccomp nor `_NEW_SYSCALLS` knows it."""
+    nr = sc.resolve_syscall(sc.Arch.NATIVE, name)
+    if nr >= 0:
+        return nr
+    if name in _NEW_SYSCALLS and os.uname().machine in ("x86_64", "aarch64"):
+        return _NEW_SYSCALLS[name]
+    return None
+
+
+def _low32(arg: int, value: int):
+    """A seccomp comparison of a 32-bit argument (an ``int`` command) with `value`: the kernel reads only its low
+    half, so a plain 64-bit equality would miss ``value | 1 << 32``."""
+    import pyseccomp as sc
+
+    return sc.Arg(arg, sc.MASKED_EQ, 0xFFFFFFFF, value)
+
+
+_PID_PLACEHOLDER = 0x7EADBEEF
+"""The pid in a filter compiled ahead (`compile_seccomp`): larger than any pid (``pid_max`` is at most 2**22)."""
+
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def _seccomp(self_signals_only: bool = False, deny_metadata: bool = False) -> str | None:
+    """Fail process creation, exec, sockets, io_uring and `ESCAPE_SYSCALLS` (and, with `self_signals_only`, signals
+    to, limits of and tracing of other processes; with `deny_metadata`, `METADATA_SYSCALLS`); None when done, else
+    why not."""
     try:
-        import pyseccomp as sc
+        import pyseccomp  # noqa: F401
     except (ImportError, OSError, RuntimeError) as e:  # libseccomp.so.2 missing: RuntimeError or OSError
         return f"no seccomp filter ({type(e).__name__}: {e})"
+    _filter(self_signals_only, deny_metadata, os.getpid()).load()
+    return None
+
+
+def compile_seccomp(self_signals_only: bool = False, deny_metadata: bool = False) -> bytes:
+    """The filter `confine` loads with these options, as a BPF program for `confine`'s `seccomp_program`, with a
+    placeholder where the confined process's pid goes. Building a filter of this size takes libseccomp about a
+    millisecond: a caller that confines a fresh child per task compiles it once.
+
+    Raises:
+        ImportError, OSError, RuntimeError: no libseccomp.
+    """
+    f = _filter(self_signals_only, deny_metadata, _PID_PLACEHOLDER)
+    fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
+    with os.fdopen(fd, "w+b") as out:
+        f.export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _load_program(program: bytes, self_signals_only: bool) -> str | None:
+    """Load a filter from `compile_seccomp`, this process's pid in place of the placeholder; None when done."""
+    code = bytearray(program)
+    ks = memoryview(code).cast("I")[1::2]  # each instruction: code (16 bits), jt, jf (8 each), k (32)
+    found = 0
+    for i, k in enumerate(ks):
+        if k == _PID_PLACEHOLDER:
+            ks[i] = os.getpid()
+            found += 1
+    if self_signals_only and not found:  # (libseccomp compares once for kill, tgkill and rt_(tg)sigqueueinfo)
+        return "no seccomp filter (the compiled one holds no pid to fill in)"
+    buf = (ctypes.c_char * len(code)).from_buffer(code)
+    prog = _SockFprog(len(code) // 8, ctypes.addressof(buf))
+    libc = _libc()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
+        PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0
+    ):
+        return f"no seccomp filter ({os.strerror(ctypes.get_errno())})"
+    return None
+
+
+def _filter(self_signals_only: bool, deny_metadata: bool, pid: int):
+    """The seccomp filter (a ``pyseccomp.SyscallFilter``, not loaded) for a process of id `pid`."""
+    import pyseccomp as sc
+
     f = sc.SyscallFilter(defaction=sc.ALLOW)
-    eperm = sc.ERRNO(errno.EPERM)
+    eperm, enosys = sc.ERRNO(errno.EPERM), sc.ERRNO(errno.ENOSYS)
+
+    def deny(action, name: str, *args) -> None:
+        nr = _syscall_number(sc, name)
+        if nr is not None:  # a system call this machine's libseccomp cannot name is one its kernel predates
+            f.add_rule(action, nr, *args)
+
     # no new sockets either: a pathname UNIX socket (multiprocessing's fork server listens on one in /tmp) is not a
     # Landlock right before ABI 9, and the confined process needs none (its pipe to the parent already exists)
-    for name in ("fork", "vfork", "execve", "execveat", "socket", "socketpair", "connect"):
-        f.add_rule(eperm, name)
-    f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
-    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in ("fork", "vfork", "execve", "execveat", "socket", "socketpair", "connect", *ESCAPE_SYSCALLS):
+        deny(eperm, name)
+    deny(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    for name in ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"):
+        deny(enosys, name)
     if self_signals_only:
-        pid = os.getpid()
         for name in (
             "kill",
             "tgkill",
             "rt_sigqueueinfo",
             "rt_tgsigqueueinfo",
         ):  # argument 0: the target (group)
-            f.add_rule(eperm, name, sc.Arg(0, sc.NE, pid))
-        for name in (
-            "tkill",
-            "pidfd_open",
-            "pidfd_send_signal",
-            "ptrace",
-            "process_vm_readv",
-            "process_vm_writev",
-        ):
-            f.add_rule(eperm, name)
-    f.load()
-    return None
+            deny(eperm, name, sc.Arg(0, sc.NE, pid))
+        for name in ("tkill", "pidfd_open", "pidfd_send_signal"):
+            deny(eperm, name)
+        deny(eperm, "prlimit64", sc.Arg(0, sc.NE, 0))  # 0: itself (setrlimit and getrlimit use it)
+        for cmd in (F_SETOWN, F_SETOWN_EX, F_SETSIG):  # the kernel would signal the owner on I/O
+            deny(eperm, "fcntl", _low32(1, cmd))
+        for cmd in (FIOSETOWN, SIOCSPGRP):
+            deny(eperm, "ioctl", _low32(1, cmd))
+    if deny_metadata:
+        for name in METADATA_SYSCALLS:
+            deny(eperm, name)
+        for cmd in (FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR):
+            deny(eperm, "ioctl", _low32(1, cmd))
+    return f
+
+
+def files_complete(landlock: bool, truncation_handled: bool, seccomp: bool) -> bool:
+    """Whether the ``files`` layer holds: Landlock in place, and truncation by path denied (by Landlock from ABI 3,
+    else by the seccomp filter)."""
+    return landlock and (truncation_handled or seccomp)
 
 
 def confine(
@@ -224,6 +420,8 @@ def confine(
     read_paths: Sequence[str] | None = None,
     unshare_network: bool = True,
     self_signals_only: bool = False,
+    deny_metadata: bool = False,
+    seccomp_program: bytes | None = None,
 ) -> Confinement:
     """Confine this process (and its future threads) for handling model output; irreversible.
 
@@ -237,8 +435,11 @@ def confine(
             are not restricted.
         unshare_network: make a network namespace of its own; False when the caller already runs in one (the
             program sandbox's template enters one once for all its children).
-        self_signals_only: also fail signals to other processes, ``ptrace`` and cross-process memory access
-            (seccomp).
+        self_signals_only: also fail signals to other processes, setting their resource limits, and the requests
+            that make the kernel signal another process (seccomp).
+        deny_metadata: also fail changing any file's mode, owner, times or extended attributes (seccomp).
+        seccomp_program: the filter, compiled beforehand with the same options (`compile_seccomp`); None: built
+            here.
 
     Returns:
         What is in place (`Confinement`); layers the OS does not offer are listed in `Confinement.missing`.
@@ -266,20 +467,28 @@ def confine(
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (value, value))
     out.rlimits = True
-    why = _seccomp(
-        self_signals_only
-    )  # before Landlock: finding libseccomp may run ldconfig and write a temporary file
-    out.processes = why is None or os.getuid() != 0  # RLIMIT_NPROC holds for any other user
-    if why and not out.processes:
-        out.notes.append(why)
+    # before Landlock: finding libseccomp may run ldconfig and write a temporary file
+    if seccomp_program is not None:
+        seccomp_why = _load_program(seccomp_program, self_signals_only)
+    else:
+        seccomp_why = _seccomp(self_signals_only, deny_metadata)
+    seccomp = seccomp_why is None
+    out.processes = seccomp or os.getuid() != 0  # RLIMIT_NPROC holds for any other user
+    out.metadata = seccomp and deny_metadata
+    if seccomp_why and (not out.processes or deny_metadata):
+        out.notes.append(seccomp_why)
     try:
-        files, tcp, why = _landlock(workdir, read_paths)
+        landlock, truncation, tcp, why = _landlock(workdir, read_paths)
     except OSError as e:
-        files, tcp, why = False, False, f"Landlock failed ({e})"
-    out.files = files
-    out.reads = files and read_paths is not None
+        landlock, truncation, tcp, why = False, False, False, f"Landlock failed ({e})"
+    out.files = files_complete(landlock, truncation, seccomp)
+    out.reads = landlock and read_paths is not None
     if why:
         out.notes.append(why)
+    elif not out.files:
+        out.notes.append(
+            "files incomplete: Landlock below ABI 3 does not handle truncation, and no seccomp filter denies it"
+        )
     out.network = out.network or tcp
     return out
 

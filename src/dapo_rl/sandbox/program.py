@@ -3,25 +3,30 @@
 `ProgramRunner` keeps `num_workers` template processes (`dapo_rl.sandbox.program_template`). Each is a fresh
 interpreter started with ``python -I`` (no ``PYTHON*`` variables, no user site), a scrubbed environment (``PATH``,
 ``LANG``, ``TMPDIR`` only), no inherited descriptors and a session of its own: a program's process never held the
-trainer's environment, memory or files. A template enters a user and network namespace once, then forks one child
-per program; the child confines itself before the program's first line:
+trainer's environment, memory or files. A template enters a user, network, mount, IPC and PID namespace once (it is
+pid 1 of the PID namespace), makes its mount tree read-only and nosuid, then forks one child per program
+(`dapo_rl.sandbox.program_template`); the child confines itself before the program's first line:
 
 - **limits**: address space, file size, open files (``setrlimit``), CPU seconds (SIGXCPU, then SIGKILL a second
   later), wall seconds (the template's SIGKILL), kept output (`ProgramLimits`);
-- **files**: reads only under the Python installation and its working directory (a fresh directory, removed after
-  the call, on the template's own tmpfs of `ProgramLimits.disk_bytes`), writes only in that directory, no exec
-  (Landlock);
-- **network**: none (the template's network namespace has only a down loopback; seccomp fails ``socket`` and
-  ``connect``; Landlock denies TCP);
-- **processes**: no fork, no exec, no signals to other processes, no ptrace (seccomp; Landlock's signal scope);
-  the child's process group is killed after every call, and the child dies with its template.
+- **files**: reads only under the Python installation and its working directory (a fresh tmpfs of
+  `ProgramLimits.disk_bytes` and `ProgramLimits.disk_files` per call, unmounted after it), writes only there, no
+  exec (Landlock); no changes to any file's mode, owner, times or attributes (seccomp; the read-only mount tree);
+- **network**: none (the template's network namespace has only a down loopback; seccomp fails ``socket``,
+  ``connect`` and io_uring; Landlock denies TCP);
+- **processes**: no fork, no exec, no signals to or limits of other processes, no ptrace (seccomp; Landlock's
+  signal scope);
+- **isolation**: the template's PID and IPC namespaces: the program can name no process outside, and nothing it
+  made outlives its call (the template kills what is left in its namespace) or its template (the kernel does).
 
 Which layers the OS gave is in `ProgramRunner.layers`; the missing ones are named in one warning at start
 (``rlimits only`` when neither Landlock nor seccomp is available) and in `ProgramRunner.missing`.
 
 What a program did is classified by the template from what it saw (`ProgramResult.status`); a program's exit code
-is never trusted. A template that dies, answers late or sends something malformed costs its call a
-``sandbox_error`` and is replaced. `dapo sandbox -c CODE` runs one program exactly this way (`run_cli`).
+is never trusted, and nothing a program does can make its result a ``sandbox_error``. A template that dies, answers
+late or sends something malformed costs its call a ``sandbox_error`` and is replaced; so is one that could not
+clean up after a call (it answers, and says so: ``retire``). `dapo sandbox -c CODE` runs one program exactly this
+way (`run_cli`).
 """
 
 from __future__ import annotations
@@ -81,9 +86,10 @@ class ProgramLimits:
             ``truncated``.
         file_bytes: largest file it may write in its working directory (``RLIMIT_FSIZE``), bytes.
         open_files: open file descriptors (``RLIMIT_NOFILE``).
-        disk_bytes: all that the programs of one template may have written at once, bytes: the size of the
-            template's tmpfs that holds their working directories (fixed when the runner starts; each directory is
-            removed after its call). Without a mount namespace only `file_bytes` per file bounds it.
+        disk_bytes: all that one program may write, bytes: the size of the tmpfs that is its working directory
+            (fresh for each call, unmounted after it). Without a mount namespace only `file_bytes` per file bounds
+            it.
+        disk_files: files and directories one program may make (the tmpfs's inodes).
     """
 
     wall_s: float = 10.0
@@ -93,13 +99,14 @@ class ProgramLimits:
     file_bytes: int = 16 << 20
     open_files: int = 64
     disk_bytes: int = 64 << 20
+    disk_files: int = 10_000
 
     def __post_init__(self):
         for name in ("wall_s", "cpu_s"):
             v = getattr(self, name)
             if not 0 < v < math.inf:
                 raise ValueError(f"{name}={v} must be a finite number > 0")
-        for name in ("memory_bytes", "output_bytes", "file_bytes", "open_files", "disk_bytes"):
+        for name in ("memory_bytes", "output_bytes", "file_bytes", "open_files", "disk_bytes", "disk_files"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
 
@@ -137,9 +144,11 @@ def sandbox_error(detail: str, wall_s: float = 0.0) -> ProgramResult:
 
 
 def _result(obj: Any, limits: ProgramLimits) -> ProgramResult:
-    """A template's result line, checked field by field (ValueError when it is not one)."""
+    """A template's result line, checked field by field (ValueError when it is not one); its optional ``retire``
+    (the template can take no more calls: `ProgramRunner._answer`) is not part of the result."""
     if not isinstance(obj, dict):
         raise ValueError("not an object")
+    obj = {k: v for k, v in obj.items() if k != "retire"}
     fields = {
         "status": str,
         "stdout": str,
@@ -176,12 +185,12 @@ def _write_all(fd: int, data: bytes, timeout_s: float) -> None:
 class _Template:
     """One template process and the runner's view of it: starting (no ready line yet), idle, or busy with `job`."""
 
-    def __init__(self, disk_bytes: int):
+    def __init__(self):
         root = str(Path(__file__).resolve().parents[2])  # the directory holding dapo_rl
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": tempfile.gettempdir()}
-        self.workroot = tempfile.mkdtemp(prefix="dapo-sandbox-")  # the template mounts its tmpfs here
+        self.workroot = tempfile.mkdtemp(prefix="dapo-sandbox-")  # the template mounts each call's tmpfs here
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, root, str(os.getpid()), self.workroot, str(disk_bytes)],
+            [sys.executable, "-I", "-c", _BOOT, root, str(os.getpid()), self.workroot],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -235,14 +244,14 @@ class _Template:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        # not reaped: its pid, the id of its session's group, is still its own (a reaped one may be another's)
+        if self.proc.returncode is None:
+            try:  # the launcher and the template (everything below the template dies with it)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
         try:
-            os.killpg(
-                self.proc.pid, signal.SIGKILL
-            )  # its session's group: the template (its child dies with it)
-        except OSError:
-            pass
-        try:
-            self.proc.kill()
+            self.proc.kill()  # no signal once reaped
         except OSError:
             pass
 
@@ -263,9 +272,10 @@ class _Template:
         self.kill()
         self.join(children.KILL_JOIN_S)
         children.unregister(self)
-        shutil.rmtree(
-            self.workroot, ignore_errors=True
-        )  # empty on the host's side where the tmpfs was mounted
+        try:  # empty on the host's side where the tmpfs was mounted; whatever is there, never an error here
+            shutil.rmtree(self.workroot, ignore_errors=True)
+        except Exception:
+            pass
 
 
 class ProgramRunner:
@@ -288,7 +298,8 @@ class ProgramRunner:
             raise ValueError(f"num_workers={num_workers} must be >= 1")
         self.limits = limits
         self.layers: dict[str, bool] = {}
-        """The confinement layers in place (``rlimits``, ``files``, ``reads``, ``network``, ``processes``)."""
+        """The confinement layers in place (``rlimits``, ``files``, ``reads``, ``network``, ``processes``,
+        ``isolation``, ``disk``: docs/sandbox.md says what each covers)."""
         self.missing: list[str] = []
         """The layers the OS did not give, one line each with the reason (empty when all are in place)."""
         self._max_line = 12 * limits.output_bytes + (1 << 16)  # JSON escapes: at most 6 bytes per byte kept
@@ -298,7 +309,7 @@ class ProgramRunner:
         """Why the last template was replaced."""
         try:
             for _ in range(num_workers):
-                self._slots.append(_Template(limits.disk_bytes))
+                self._slots.append(_Template())
                 self._failures.append(0)
             while not all(t is not None and t.ready for t in self._slots):
                 self._poll(deque(), [], [])
@@ -430,6 +441,9 @@ class ProgramRunner:
             t.job = None
         except (ValueError, KeyError, TypeError) as e:
             self._fail(i, results, f"the sandbox template sent something malformed ({e})")
+            return
+        if isinstance(obj, dict) and obj.get("retire"):  # it answered, and can take no more
+            self._replace(i, f"the sandbox template retired ({str(obj['retire'])[:200]})")
 
     def _fail(self, i: int, results: list, why: str) -> None:
         """Template `i` died or misbehaved: its program (if any) gets a sandbox_error; a fresh template takes its
@@ -445,7 +459,7 @@ class ProgramRunner:
     def _replace(self, i: int, why: str) -> None:
         self._why = why
         self._slots[i].stop(0)
-        self._slots[i] = _Template(self.limits.disk_bytes) if self._failures[i] < MAX_START_FAILURES else None
+        self._slots[i] = _Template() if self._failures[i] < MAX_START_FAILURES else None
 
 
 def run_cli(

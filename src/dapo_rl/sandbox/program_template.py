@@ -2,23 +2,32 @@
 
 `dapo_rl.sandbox.program.ProgramRunner` starts each template as a fresh interpreter (``python -I``, a scrubbed
 environment, no inherited descriptors, a session of its own), so nothing a program can reach ever held the
-trainer's environment or memory. The template then:
+trainer's environment or memory. That interpreter, the *launcher* (`main`):
 
-1. enters a user and network namespace of its own, once (`enter_namespaces`): no network for anything it forks
-   (only a down loopback), and no capabilities outside the namespace; then drops the capabilities it holds inside
-   it (`drop_capabilities`);
-2. runs one empty program to learn which confinement layers the OS gives, and writes them as its first line,
-   ``{"ready": true, "layers": {...}, "missing": [...]}``;
-3. answers each request line on its stdin, ``{"code": str, "stdin": str, "limits": {...}}``
-   (`dapo_rl.sandbox.program.ProgramLimits` as a dict), with one result line on its stdout (`run_program`), until
-   its stdin closes.
+1. enters a user, network, mount, IPC and PID namespace of its own, once (`enter_namespaces`): no network for
+   anything below it (only a down loopback), no capabilities in the host's namespaces, mounts and SysV IPC objects
+   of its own;
+2. forks the template proper, pid 1 of the new PID namespace: when the template dies, the kernel kills every
+   process below it. The launcher only waits for it; the template dies with the launcher (``PR_SET_PDEATHSIG``, set
+   by a child of the launcher's only thread, so it fires only when the launcher dies).
 
-Each program runs in a forked child (`_child`) that has its own temporary working directory (removed after the
-call), its stdin, stdout and stderr on pipes, every other descriptor closed but its report pipe, and confines
-itself before the program's first line (`dapo_rl.sandbox.confinement.confine`: rlimits, Landlock with reads limited
-to the Python installation, seccomp without fork, exec, sockets or signals to others) and gets a CPU limit. The
-template drains its output within the caps, kills it (and its process group) at the wall deadline, reaps it, and
-classifies what happened from what it saw, never from the child's exit code alone (see `run_program`).
+The template then makes its whole mount tree private, read-only and nosuid (`seal_mounts`: a program that owns host
+files by uid can change none of them), keeps its capabilities inside its own user namespace (it mounts a tmpfs per
+call; no program ever holds them), runs one empty program to learn which confinement layers the OS gives and writes
+them as its first line, ``{"ready": true, "layers": {...}, "missing": [...]}``, and answers each request line on
+its stdin, ``{"code": str, "stdin": str, "limits": {...}}`` (`dapo_rl.sandbox.program.ProgramLimits` as a dict),
+with one result line on its stdout (`run_program`), until its stdin closes.
+
+Each program runs in a forked child (`_child`) whose working directory is a fresh tmpfs of ``disk_bytes`` bytes and
+``disk_files`` inodes. The child sees only its own PID namespace (the template is its pid 1: no process outside can
+be named), drops every capability, takes its stdin, stdout and stderr on pipes, closes every other descriptor but
+its report pipe, and confines itself before the program's first line (`dapo_rl.sandbox.confinement.confine`:
+rlimits, Landlock with reads limited to the Python installation, seccomp without fork, exec, sockets, io_uring,
+SysV IPC, signals to others or metadata changes) with a CPU limit. The template drains its output within the caps,
+kills it at the wall deadline, kills whatever else is left in its PID namespace (``kill(-1, SIGKILL)`` from its
+init: nothing of a call outlives it), reaps, unmounts the tmpfs (``MNT_DETACH``: nothing to walk, whatever the
+program left there), and classifies what happened from what it saw, never from the exit code alone (see
+`run_program`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import linecache
 import math
 import os
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -43,15 +53,18 @@ import traceback
 import types
 from dataclasses import dataclass
 
-import landlockpy  # noqa: F401 (imported here, before any fork: a child imports nothing once confined)
+import landlockpy  # imported here, before any fork: a child imports nothing once confined
 import pyseccomp  # noqa: F401 (finding libseccomp may run ldconfig: never in a child)
 
 from dapo_rl.sandbox.confinement import (
+    CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
+    CLONE_NEWPID,
     CLONE_NEWUSER,
     Confinement,
     Limits,
+    compile_seccomp,
     confine,
     python_install_paths,
 )
@@ -59,14 +72,35 @@ from dapo_rl.sandbox.confinement import (
 REPORT_FD = 3
 """The child's report pipe: one line of layers (written before the program runs), then one line of outcome."""
 
-REPORT_BYTES = 1 << 16
-"""The most bytes of report the template reads."""
+REPORT_BYTES = 8192
+"""The most bytes of report the template keeps; a longer report is the program's doing (status ``error``)."""
+
+DETAIL_CHARS = 200
+"""The longest ``detail`` of a result."""
+
+RAISED_CHARS = 100
+"""The longest exception name a report may give."""
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+MNT_DETACH = 2
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
+SYS_MOUNT_SETATTR = 442  # the same on every architecture (numbered after 424)
 PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_LIBC.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_LIBC.syscall.restype = ctypes.c_long
+
+
+def _errno_error(what: str) -> OSError:
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def _write_file(path: str, text: str) -> None:
@@ -77,41 +111,74 @@ def _write_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-def enter_namespaces() -> str | None:
-    """Enter a new user, network and mount namespace (this process and everything it forks later: no network, no
-    capabilities in the host's namespaces, mounts of its own); network and mount namespaces alone where user
-    namespaces are refused but this process may (root). Returns None when done, else why not."""
-    libc = ctypes.CDLL(None, use_errno=True)
+def enter_namespaces() -> tuple[int, str | None]:
+    """Enter a new user, network, mount, IPC and PID namespace (network, mount, IPC and PID alone where user
+    namespaces are refused but this process may: root). Returns the ``CLONE_NEW*`` flags entered (0: none) and why
+    some are missing (None when all are there). The PID namespace holds this process's next child, not itself."""
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS) == 0:
+    wanted = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID
+    if _LIBC.unshare(CLONE_NEWUSER | wanted) == 0:
         try:  # the same ids inside as outside (files created in the working directory need a mapped owner)
             _write_file("/proc/self/setgroups", "deny")
             _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
             _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
         except OSError as e:
-            return f"user namespace without an id map ({e})"
-        return None
+            return CLONE_NEWUSER | wanted, f"user namespace without an id map ({e})"
+        return CLONE_NEWUSER | wanted, None
     first = os.strerror(ctypes.get_errno())
-    if libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
-        return None
-    return f"no network namespace (user namespace: {first}; network namespace: {os.strerror(ctypes.get_errno())})"
+    if _LIBC.unshare(wanted) == 0:
+        return wanted, None
+    second = os.strerror(ctypes.get_errno())
+    return 0, f"no namespaces (with a user namespace: {first}; without: {second})"
 
 
-def mount_workroot(workroot: str, disk_bytes: int) -> str | None:
-    """Mount a tmpfs of `disk_bytes` bytes on `workroot`, seen only in this process's mount namespace (the
-    programs' working directories live in it: all they write together is bounded, and it vanishes with the
-    template). Returns None when done, else why not (the directories then live on the host's disk, each file
-    bounded by ``RLIMIT_FSIZE`` only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    # nothing mounted here propagates to the host's namespace (a root template's copy of it may be shared)
-    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return f"no private mount namespace ({os.strerror(ctypes.get_errno())}): no size-limited working directory"
-    opts = f"size={max(disk_bytes, 1 << 16)},mode=0700".encode()
-    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    if libc.mount(b"tmpfs", workroot.encode(), b"tmpfs", flags, opts) != 0:
-        return f"no tmpfs working directory ({os.strerror(ctypes.get_errno())}): written bytes bounded per file only"
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def make_mounts_private() -> str | None:
+    """Make every mount of this process's mount namespace private: nothing mounted here reaches the host's (a root
+    template's copy of it may be shared). Returns None when done, else why not."""
+    if _LIBC.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return f"no private mount namespace ({os.strerror(ctypes.get_errno())})"
     return None
+
+
+def seal_mounts() -> str | None:
+    """Make every mount of this process's (private) mount namespace read-only and nosuid, recursively
+    (``mount_setattr(2)`` with ``AT_RECURSIVE``, Linux >= 5.12). A program that owns host files by uid can then
+    change neither them nor their mode, times or attributes, and no set-user-ID bit counts. Returns None when done,
+    else why not."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    rc = _LIBC.syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        ctypes.c_char_p(b"/"),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    if rc != 0:
+        return f"host files stay writable to their owner: no read-only remount ({os.strerror(ctypes.get_errno())})"
+    return None
+
+
+def mount_workdir(workroot: str, disk_bytes: int, disk_files: int) -> None:
+    """Mount a fresh tmpfs of `disk_bytes` bytes and `disk_files` inodes on `workroot` (OSError when it fails)."""
+    opts = f"size={max(int(disk_bytes), 1 << 16)},nr_inodes={max(int(disk_files), 16)},mode=0700".encode()
+    if _LIBC.mount(b"tmpfs", workroot.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) != 0:
+        raise _errno_error("mount tmpfs")
+
+
+def unmount_workdir(workroot: str) -> None:
+    """Detach the tmpfs on `workroot` (lazily: the kernel frees it when nothing holds it any more)."""
+    if _LIBC.umount2(workroot.encode(), MNT_DETACH) != 0:
+        raise _errno_error("umount2")
 
 
 class _CapHeader(ctypes.Structure):
@@ -128,22 +195,50 @@ class _CapData(ctypes.Structure):
 
 def drop_capabilities() -> str | None:
     """Drop every capability this process holds (effective, permitted, inheritable, ambient); None when done."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    _LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    if libc.capset(ctypes.byref(header), data) != 0:
+    if _LIBC.capset(ctypes.byref(header), data) != 0:
         return f"capabilities kept ({os.strerror(ctypes.get_errno())})"
     return None
+
+
+@dataclass
+class Place:
+    """Where a template's children run.
+
+    Attributes:
+        netns: the template runs in a network namespace of its own (its children need none).
+        sealed: the template's mount tree is read-only and nosuid (`seal_mounts`).
+        disk: each call gets a fresh tmpfs on `workroot` (`mount_workdir`).
+        pidns: the template is pid 1 of a PID namespace of its own, and so its children's only view of processes.
+        ipcns: the template has an IPC namespace of its own (SysV IPC objects end with it).
+        read_paths: what a child may read besides its working directory (`python_install_paths`).
+        seccomp: the children's seccomp filter, compiled once (`compile_seccomp`); None: each child builds its own.
+        workroot: where working directories are (the tmpfs's mount point); None: the temporary directory.
+        broken: why the template cannot go on (set when cleaning up after a call failed); it retires after its
+            answer.
+    """
+
+    netns: bool
+    sealed: bool
+    disk: bool
+    pidns: bool
+    ipcns: bool
+    read_paths: list[str]
+    seccomp: bytes | None = None
+    workroot: str | None = None
+    broken: str | None = None
 
 
 def _layers(c: Confinement, place: Place) -> dict[str, bool]:
     return {
         "rlimits": c.rlimits,
-        "files": c.files,
+        "files": c.files and (c.metadata or place.sealed),
         "reads": c.reads,
         "network": c.network or place.netns,
         "processes": c.processes,
+        "isolation": place.pidns and place.ipcns,
         "disk": place.disk,
     }
 
@@ -157,11 +252,15 @@ def _cpu_limit(seconds: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (min(soft, new_hard), new_hard))
 
 
-def _report(obj: dict) -> None:
+def _write_line(fd: int, obj: dict) -> None:
     try:
-        os.write(REPORT_FD, (json.dumps(obj) + "\n").encode())
+        os.write(fd, (json.dumps(obj) + "\n").encode())
     except OSError:
         pass
+
+
+def _report(obj: dict) -> None:
+    _write_line(REPORT_FD, obj)
 
 
 def _child(
@@ -172,11 +271,16 @@ def _child(
     place: Place,
     template_pid: int,
 ) -> None:
-    """A forked child's life (never returns): pipes in place, confined, the program run, the outcome reported."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the template dies: so does its child
+    """The program's process (never returns): no privileges, pipes in place, confined, the program run, the outcome
+    reported."""
+    # the template dies: so does it (its PID namespace, where there is one, does so anyway)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != template_pid:
         os._exit(70)
+    signal.signal(
+        signal.SIGINT, signal.default_int_handler
+    )  # as in any Python program (the template ignores it)
+    _LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no privileges from exec, whatever else fails
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -202,6 +306,9 @@ def _child(
         line_buffering=True,
     )
     try:
+        why = drop_capabilities()  # the template's, in its user namespace: never the program's
+        if why:
+            raise PermissionError(why)
         c = confine(
             workdir,
             Limits(
@@ -212,6 +319,8 @@ def _child(
             read_paths=place.read_paths,
             unshare_network=not place.netns,
             self_signals_only=True,
+            deny_metadata=True,
+            seccomp_program=place.seccomp,
         )
         _cpu_limit(float(limits["cpu_s"]))
     except BaseException as e:  # the sandbox failed, not the program: it never ran
@@ -239,14 +348,15 @@ def _run(code: str, out, err, kept) -> int:
         if e.code is not None and e.code != 0:
             if not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)  # as Python does: the message, exit status 1
-            outcome = {"exit": e.code if isinstance(e.code, int) else 1}
+            fits = isinstance(e.code, int) and -(1 << 31) <= e.code < 1 << 31
+            outcome = {"exit": int(e.code) if fits else 1}
     except BaseException as e:
-        outcome = {"raised": type(e).__name__}
+        outcome = {"raised": str(type(e).__name__)[:RAISED_CHARS]}
         try:  # as Python prints it, without this frame
             traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
         except BaseException:
             try:
-                err.write(f"{type(e).__name__}\n")
+                err.write(f"{outcome['raised']}\n")
             except BaseException:
                 pass
     try:
@@ -264,21 +374,82 @@ def _run(code: str, out, err, kept) -> int:
     return 0 if "ok" in outcome else 1
 
 
-@dataclass(frozen=True)
-class Place:
-    """Where a template's children run.
+def _outcome(after_first: list[bytes], overflowed: bool) -> tuple[dict | None, str | None]:
+    """The program's outcome from the report's lines after the first (the split's tail: the last item is what
+    follows the last newline); (outcome, None), (None, None) when there is none, or (None, why it is malformed).
+    Anything but exactly one well-formed line is the program's doing (it holds the report pipe)."""
+    if overflowed:
+        return None, f"a report longer than {REPORT_BYTES} bytes"
+    if after_first in ([], [b""]):
+        return None, None
+    if len(after_first) != 2 or after_first[1] != b"":
+        return None, "a malformed report"
+    o = _json_or_none(after_first[0])
+    if o == {"ok": True}:
+        return o, None
+    if isinstance(o, dict) and len(o) == 1:
+        v = next(iter(o.values()))
+        if "exit" in o and isinstance(v, int) and -(1 << 31) <= v < 1 << 31:
+            return {"exit": int(v)}, None
+        if "raised" in o and isinstance(v, str) and len(v) <= RAISED_CHARS:
+            return o, None
+    return None, "a malformed report"
 
-    Attributes:
-        netns: the template runs in a network namespace of its own (its children need none).
-        disk: `workroot` is the template's own size-limited tmpfs.
-        read_paths: what a child may read besides its working directory (`python_install_paths`).
-        workroot: where working directories are made; None: the temporary directory.
-    """
 
-    netns: bool
-    disk: bool
-    read_paths: list[str]
-    workroot: str | None = None
+def _reap(pid: int) -> int:
+    """Kill what is left of the child's process group, then reap the child (dead or killed, not reaped before: the
+    group's id is still its own) and return its wait status."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    return os.waitpid(pid, 0)[1]
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return _signal_name(os.WTERMSIG(status))
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _signal_name(sig: int) -> str:
+    return signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+
+
+def _make_workdir(place: Place, limits: dict) -> str:
+    if place.disk:
+        mount_workdir(place.workroot, limits["disk_bytes"], limits["disk_files"])
+        return place.workroot
+    return tempfile.mkdtemp(prefix="dapo-program-", dir=place.workroot)
+
+
+def _remove_workdir(place: Place, workdir: str) -> None:
+    """Never raises: a template that could not clean up retires after its answer (`Place.broken`)."""
+    try:
+        if place.disk:
+            unmount_workdir(workdir)
+        else:
+            shutil.rmtree(workdir)
+    except BaseException as e:
+        place.broken = f"the working directory was not removed ({type(e).__name__}: {str(e)[:100]})"
+
+
+def _sweep(place: Place) -> None:
+    """Kill and reap whatever is left in the template's PID namespace but the template (its init): nothing of a call
+    outlives it. Only a program without the seccomp filter could have left anything (a process it forked)."""
+    if not place.pidns:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)  # from pid 1: every other process of its namespace
+    except OSError:  # none
+        return
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def run_program(code: str, stdin: str, limits: dict, place: Place) -> tuple[dict, dict | None]:
@@ -290,141 +461,157 @@ def run_program(code: str, stdin: str, limits: dict, place: Place) -> tuple[dict
         limits: `ProgramLimits` as a dict.
         place: where the child runs (`Place`).
 
-    The result: ``{"status", "stdout", "stderr", "truncated", "wall_s", "detail"}``. Status, in this order of
-    precedence: ``timeout`` (no exit within ``limits["wall_s"]``: killed), ``killed`` (ended by a signal: SIGXCPU at
-    the CPU limit, SIGKILL; detail: the signal's name), ``sandbox_error`` (the child could not confine itself),
-    ``error`` (no report of an outcome: "exited without a report"; or it raised, or exited with a non-zero
-    ``SystemExit``), else ``ok``. The report is the child's own line about whether the program raised: it decides
-    ``ok`` against ``error`` and nothing else (a program could forge it; it gains nothing a plain ``print`` would
-    not).
+    The result: ``{"status", "stdout", "stderr", "truncated", "wall_s", "detail"}`` (``detail`` at most
+    `DETAIL_CHARS` characters). Status, in this order of precedence: ``timeout`` (no exit within
+    ``limits["wall_s"]``: killed), ``killed`` (ended by a signal: SIGXCPU at the CPU limit, SIGKILL; detail: the
+    signal's name), ``sandbox_error`` (the child could not confine itself: the sandbox failed, the program never
+    ran), ``error`` (no report of an outcome: "exited without a report"; a report
+    longer than `REPORT_BYTES` or malformed; or it raised, or exited with a non-zero ``SystemExit``), else ``ok``.
+    The report is the child's own line about whether the program raised: it decides ``ok`` against ``error`` and
+    nothing else (a program could forge it; it gains nothing a plain ``print`` would not).
+
+    Raises:
+        OSError: no pipe, no fork, no working directory (the sandbox failed; nothing ran).
     """
     wall_s, cap = float(limits["wall_s"]), int(limits["output_bytes"])
-    workdir = tempfile.mkdtemp(prefix="dapo-program-", dir=place.workroot)
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    rep_r, rep_w = os.pipe()
-    template_pid = os.getpid()
     t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # the child
-        try:
-            for fd in (in_w, out_r, err_r, rep_r):
-                os.close(fd)
-            _child(code, (in_r, out_w, err_w, rep_w), workdir, limits, place, template_pid)
-        finally:
-            os._exit(72)
-    for fd in (in_r, out_w, err_w, rep_w):
-        os.close(fd)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:  # it did so itself, or has exited
-        pass
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    data, pos = stdin.encode("utf-8", "surrogateescape"), 0
-    bufs = {out_r: bytearray(), err_r: bytearray(), rep_r: bytearray()}
-    caps = {out_r: cap, err_r: cap, rep_r: REPORT_BYTES}
-    truncated = timed_out = False
+    workdir = _make_workdir(place, limits)
+    mine: list[int] = []  # the template's descriptors of this call
+    theirs: list[int] = []  # the child's ends, closed here once it has them
+    pid: int | None = None
+    pidfd = None
     status: int | None = None
-    sel = selectors.DefaultSelector()
-    for fd in bufs:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    os.set_blocking(in_w, False)
-    if data:
-        sel.register(in_w, selectors.EVENT_WRITE)
-    else:
-        os.close(in_w)
-        in_w = -1
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ)
-    open_reads = set(bufs)
-    deadline = t0 + wall_s
+    timed_out = truncated = overflow = False
+    bufs: dict[int, bytearray] = {}
     try:
-        while open_reads or status is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = status is None
-                break
-            exited = False
-            for key, _ in sel.select(remaining if pidfd is not None else min(remaining, 0.02)):
-                fd = key.fd
-                if fd == pidfd:
-                    exited = True
-                    sel.unregister(fd)
-                elif fd == in_w:
-                    try:
-                        pos += os.write(in_w, data[pos : pos + 65536])
-                    except BlockingIOError:
-                        pass
-                    except OSError:  # it closed its stdin
-                        pos = len(data)
-                    if pos >= len(data):
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                        in_w = -1
-                else:
-                    try:
-                        chunk = os.read(fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        sel.unregister(fd)
-                        open_reads.discard(fd)
-                        continue
-                    buf = bufs[fd]
-                    room = caps[fd] - len(buf)
-                    if len(chunk) > room:
-                        truncated = truncated or fd != rep_r
-                        chunk = chunk[: max(room, 0)]
-                    buf += chunk
-            if status is None and (exited or pidfd is None):
-                done, st = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    status = st
-                    if in_w >= 0:  # it left without reading all its input
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                        in_w = -1
-    finally:
-        try:  # anything left of its process group; then the child itself (a zombie keeps the group's id)
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if status is None:
+        for i in range(4):  # stdin (the child reads), stdout, stderr, report (the template reads)
+            r, w = os.pipe()
+            (theirs if i == 0 else mine).append(r)
+            (mine if i == 0 else theirs).append(w)
+        in_w, out_r, err_r, rep_r = mine
+        template_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child
             try:
-                os.kill(pid, signal.SIGKILL)
+                for fd in mine:
+                    os.close(fd)
+                _child(code, tuple(theirs), workdir, limits, place, template_pid)
+            finally:
+                os._exit(72)
+        for fd in theirs:
+            os.close(fd)
+        theirs.clear()
+        try:
+            os.setpgid(pid, pid)
+        except OSError:  # it did so itself
+            pass
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        data, pos = stdin.encode("utf-8", "surrogateescape"), 0
+        bufs = {out_r: bytearray(), err_r: bytearray(), rep_r: bytearray()}
+        caps = {out_r: cap, err_r: cap, rep_r: REPORT_BYTES}
+        sel = selectors.DefaultSelector()
+        try:
+            for fd in bufs:
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            os.set_blocking(in_w, False)
+            if data:
+                sel.register(in_w, selectors.EVENT_WRITE)
+            else:
+                os.close(in_w)
+                mine.remove(in_w)
+                in_w = -1
+            if pidfd is not None:
+                sel.register(pidfd, selectors.EVENT_READ)
+            open_reads = set(bufs)
+            deadline = t0 + wall_s
+            while open_reads or status is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = status is None
+                    break
+                exited = False
+                for key, _ in sel.select(remaining if pidfd is not None else min(remaining, 0.02)):
+                    fd = key.fd
+                    if fd == pidfd:
+                        exited = True
+                        sel.unregister(fd)
+                    elif fd == in_w:
+                        try:
+                            pos += os.write(in_w, data[pos : pos + 65536])
+                        except BlockingIOError:
+                            pass
+                        except OSError:  # it closed its stdin
+                            pos = len(data)
+                        if pos >= len(data):
+                            sel.unregister(in_w)
+                            os.close(in_w)
+                            mine.remove(in_w)
+                            in_w = -1
+                    else:
+                        try:
+                            chunk = os.read(fd, 65536)
+                        except BlockingIOError:
+                            continue
+                        if not chunk:
+                            sel.unregister(fd)
+                            open_reads.discard(fd)
+                            continue
+                        buf = bufs[fd]
+                        room = caps[fd] - len(buf)
+                        if len(chunk) > room:
+                            if fd == rep_r:
+                                overflow = True
+                            else:
+                                truncated = True
+                            chunk = chunk[: max(room, 0)]
+                        buf += chunk
+                if status is None and (exited or pidfd is None):
+                    if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                        status = _reap(pid)
+                        if in_w >= 0:  # it left without reading all its input
+                            sel.unregister(in_w)
+                            os.close(in_w)
+                            mine.remove(in_w)
+                            in_w = -1
+        finally:
+            sel.close()
+    finally:
+        if pid and status is None:  # still running (the wall deadline, or an error here)
+            try:
+                if pidfd is not None:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                else:  # not reaped yet: the pid is still its own
+                    os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-            _, status = os.waitpid(pid, 0)
+            status = _reap(pid)
         wall = time.monotonic() - t0
-        sel.close()
-        for fd in [*bufs, in_w, pidfd]:
-            if fd is not None and fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        shutil.rmtree(workdir, ignore_errors=True)
-    lines = [_json_or_none(x) for x in bytes(bufs[rep_r]).split(b"\n")[:2]]
-    layers = lines[0] if lines and isinstance(lines[0], dict) and "layers" in lines[0] else None
-    first = lines[0] if lines else None
-    outcome = lines[1] if len(lines) > 1 and isinstance(lines[1], dict) else None
+        _sweep(place)
+        for fd in [*mine, *theirs, *([pidfd] if pidfd is not None else [])]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _remove_workdir(place, workdir)
+    lines = bytes(bufs.get(rep_r, b"")).split(b"\n")
+    first = _json_or_none(lines[0]) if len(lines) > 1 else None  # written before the program ran
+    layers = first if isinstance(first, dict) and "layers" in first else None
+    failed = first.get("sandbox_error") if isinstance(first, dict) else None
+    outcome, malformed = _outcome(lines[1:], overflow)
     if timed_out:
         st, detail = "timeout", f"no exit within the wall time of {wall_s:g} s: killed"
     elif os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        st, detail = (
-            "killed",
-            signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig),
-        )
-    elif isinstance(first, dict) and "sandbox_error" in first:
-        st, detail = "sandbox_error", str(first["sandbox_error"])
+        st, detail = "killed", _signal_name(os.WTERMSIG(status))
+    elif failed is not None:
+        st, detail = "sandbox_error", str(failed)
+    elif malformed:
+        st, detail = "error", malformed
     elif outcome is None:
-        st, detail = "error", f"exited without a report (exit status {os.waitstatus_to_exitcode(status)})"
+        st, detail = "error", f"exited without a report ({_describe(status)})"
     elif "raised" in outcome:
         st, detail = "error", f"raised {outcome['raised']}"
     elif "exit" in outcome:
@@ -433,11 +620,11 @@ def run_program(code: str, stdin: str, limits: dict, place: Place) -> tuple[dict
         st, detail = "ok", ""
     result = {
         "status": st,
-        "stdout": bytes(bufs[out_r]).decode("utf-8", "replace"),
-        "stderr": bytes(bufs[err_r]).decode("utf-8", "replace"),
+        "stdout": bytes(bufs.get(out_r, b"")).decode("utf-8", "replace"),
+        "stderr": bytes(bufs.get(err_r, b"")).decode("utf-8", "replace"),
         "truncated": truncated,
         "wall_s": round(wall, 4),
-        "detail": detail,
+        "detail": detail[:DETAIL_CHARS],
     }
     return result, layers
 
@@ -450,32 +637,98 @@ def _json_or_none(b: bytes):
 
 
 def _send(obj: dict) -> None:
+    """One line to the runner; the runner gone (it closed its end while this template started or worked), this
+    template ends quietly."""
     data = (json.dumps(obj) + "\n").encode()
     view = memoryview(data)
-    while view:
-        view = view[os.write(1, view) :]
+    try:
+        while view:
+            view = view[os.write(1, view) :]
+    except OSError:
+        os._exit(0)
 
 
-def main() -> None:
-    """The template's loop (see the module docstring). Arguments: ``sys.argv[2]``, the runner's pid (the template
-    dies with it); ``sys.argv[3]``, an empty directory for the working directories (a tmpfs is mounted on it);
-    ``sys.argv[4]``, that tmpfs's size in bytes."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if len(sys.argv) > 2 and os.getppid() != int(sys.argv[2]):
-        sys.exit(1)  # the runner died before this line
-    workroot = sys.argv[3] if len(sys.argv) > 3 else None
-    why = enter_namespaces()
-    missing = [why] if why else []
-    disk_why = mount_workroot(workroot, int(sys.argv[4])) if workroot else "no working root given"
-    if disk_why:
-        missing.append(disk_why)
-    caps = drop_capabilities()  # after the mount: it needs them
-    if caps:
-        missing.append(caps)
-    place = Place(
-        netns=why is None, disk=disk_why is None, read_paths=python_install_paths(), workroot=workroot
+def _failure(detail: str) -> dict:
+    return {
+        "status": "sandbox_error",
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "wall_s": 0.0,
+        "detail": detail[:DETAIL_CHARS],
+    }
+
+
+_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC)
+
+
+def _serve_one(stdin, place: Place) -> bool:
+    """Read one request, answer it; False at the end of the input or when this template must retire. Every
+    request's data lives in this frame only (a child forked for the next call finds none of it up its stack)."""
+    line = stdin.readline()
+    if not line:
+        return False
+    req = json.loads(line)
+    try:
+        result, _ = run_program(req["code"], req.get("stdin") or "", req["limits"], place)
+    except OSError as e:  # no pipe, no fork, no working directory: the sandbox failed, nothing ran
+        result = _failure(f"{type(e).__name__}: {e}")
+        if e.errno not in _RESOURCE_ERRNOS:  # not a passing shortage: this template is no use any more
+            place.broken = place.broken or result["detail"]
+    if place.broken:
+        result["retire"] = place.broken[:DETAIL_CHARS]
+    _send(result)
+    return not place.broken
+
+
+def _place(workroot: str | None, flags: int, missing: list[str]) -> Place:
+    """Set up the template's side of the sandbox (its mounts, its PID namespace) and say what it gives."""
+    disk = sealed = False
+    private = make_mounts_private() if flags & CLONE_NEWNS else "no mount namespace"
+    if workroot and not private:
+        try:  # one tmpfs up and down: the per-call working directory works here
+            mount_workdir(workroot, 1 << 16, 16)
+            unmount_workdir(workroot)
+            disk = True
+        except OSError as e:
+            missing.append(f"no tmpfs working directory ({e}): written bytes bounded per file only")
+    else:
+        why = private or "no working root given"
+        missing.append(f"{why}: no tmpfs working directory, written bytes bounded per file only")
+    if disk:  # sealed after the test mount (a read-only tree still takes mounts on it)
+        why = seal_mounts()
+        sealed = why is None
+        if why:
+            missing.append(why)
+    pidns = bool(flags & CLONE_NEWPID) and os.getpid() == 1
+    if not pidns:
+        missing.append(
+            "no PID namespace: a program's process can name others, and what it leaves is not swept"
+        )
+    if pidns:  # a program may name its template (pid 1): a signal it has a handler for would reach it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seccomp = compile_seccomp(self_signals_only=True, deny_metadata=True)
+    except (ImportError, OSError, RuntimeError):  # each child finds out, and says so
+        seccomp = None
+    return Place(
+        netns=bool(flags & CLONE_NEWNET),
+        sealed=sealed,
+        disk=disk,
+        pidns=pidns,
+        ipcns=bool(flags & CLONE_NEWIPC),
+        read_paths=python_install_paths(),
+        seccomp=seccomp,
+        workroot=workroot,
     )
+
+
+def _template(workroot: str | None, flags: int, missing: list[str]) -> None:
+    """The template's life: its place, the empty program's probe, then one answer per request."""
+    # landlockpy finds the C library on first use (ctypes.util.find_library: a subprocess): once here, not in
+    # every child
+    landlockpy.abi_version()
+    place = _place(workroot, flags, missing)
     probe_limits = {
         "wall_s": 30.0,
         "cpu_s": 10.0,
@@ -483,8 +736,13 @@ def main() -> None:
         "output_bytes": 1024,
         "file_bytes": Limits().file_bytes,
         "open_files": Limits().open_files,
+        "disk_bytes": 1 << 20,
+        "disk_files": 64,
     }
-    probe, layers = run_program("", "", probe_limits, place)
+    try:
+        probe, layers = run_program("", "", probe_limits, place)
+    except OSError as e:
+        probe, layers = _failure(f"{type(e).__name__}: {e}"), None
     if probe["status"] != "ok" or layers is None:
         _send(
             {
@@ -495,28 +753,46 @@ def main() -> None:
         return
     _send({"ready": True, "layers": layers["layers"], "missing": missing + list(layers["missing"])})
     stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            return
-        req = json.loads(line)
+    while _serve_one(stdin, place):
+        pass
+
+
+def main() -> None:
+    """The launcher (see the module docstring). Arguments: ``sys.argv[2]``, the runner's pid (unused);
+    ``sys.argv[3]``, an empty directory, the mount point of each call's tmpfs."""
+    workroot = sys.argv[3] if len(sys.argv) > 3 else None
+    flags, why = enter_namespaces()
+    missing = [why] if why else []
+    if not flags & CLONE_NEWPID:
+        _template(workroot, flags, missing)
+        return
+    alive_r, alive_w = os.pipe()  # the launcher's end stays open as long as it lives
+    pid = os.fork()
+    if pid == 0:  # the template: pid 1 of the new PID namespace
+        code = 1
         try:
-            result, _ = run_program(req["code"], req.get("stdin") or "", req["limits"], place)
-        except (
-            OSError
-        ) as e:  # no pipe, no fork, no temporary directory: the sandbox failed, the template goes on
-            if e.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC):
-                result = {
-                    "status": "sandbox_error",
-                    "stdout": "",
-                    "stderr": "",
-                    "truncated": False,
-                    "wall_s": 0.0,
-                    "detail": f"{type(e).__name__}: {e}",
-                }
-            else:
-                raise
-        _send(result)
+            os.close(alive_w)
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if select.select([alive_r], [], [], 0)[0]:  # end of file: the launcher died before the line above
+                os._exit(1)
+            os.close(alive_r)
+            _template(workroot, flags, missing)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(alive_r)
+    null = os.open(
+        os.devnull, os.O_RDWR
+    )  # the template alone holds the runner's pipes: its death is their end
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) % 256)
 
 
 if __name__ == "__main__":
