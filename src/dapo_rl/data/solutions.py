@@ -54,13 +54,7 @@ def tool_trace(sample: Sample, tags: tuple[str, str, str, str] = RETOOL_TAGS) ->
     Raises:
         DataError: not a reasoning-gym chain_sum sample, or its expression does not give its ground truth.
     """
-    meta = (sample.extra_info or {}).get("metadata") or {}
-    expression = meta.get("expression") if isinstance(meta, dict) else None
-    if sample.data_source != "reasoning_gym/chain_sum" or not isinstance(expression, str):
-        raise DataError(
-            f"sample {sample.uid}: tool traces are written for reasoning-gym chain_sum only "
-            f"(data_source {sample.data_source!r})"
-        )
+    expression = _chain_sum_expression(sample, "tool traces")
     worked_solution(sample)  # the expression's value is the ground truth
     call_start, call_end, output_start, output_end = tags
     out = tool_output_text(f"{sample.ground_truth}\n", output_start, output_end)
@@ -98,6 +92,22 @@ def chain_steps(expression: str) -> list[str]:
     return lines
 
 
+def _chain_sum_expression(sample: Sample, what: str) -> str:
+    """A reasoning-gym chain_sum sample's expression (`extra_info["metadata"]["expression"]`).
+
+    Raises:
+        DataError: another task, or no expression (names the sample and `what` cannot be written for it).
+    """
+    meta = (sample.extra_info or {}).get("metadata") or {}
+    expression = meta.get("expression") if isinstance(meta, dict) else None
+    if sample.data_source != "reasoning_gym/chain_sum" or not isinstance(expression, str):
+        raise DataError(
+            f"sample {sample.uid}: {what} are written for reasoning-gym chain_sum only "
+            f"(data_source {sample.data_source!r}); use sft.completion=answer for other tasks"
+        )
+    return expression
+
+
 def worked_solution(sample: Sample) -> str:
     """The worked steps of a sample and its final line, `"...\\nAnswer: N"` (no end-of-sequence token).
 
@@ -108,13 +118,7 @@ def worked_solution(sample: Sample) -> str:
         DataError: the sample's task has no worked-solution writer, or its expression does not evaluate to its
             ground truth (names the sample's uid).
     """
-    meta = (sample.extra_info or {}).get("metadata") or {}
-    expression = meta.get("expression") if isinstance(meta, dict) else None
-    if sample.data_source != "reasoning_gym/chain_sum" or not isinstance(expression, str):
-        raise DataError(
-            f"sample {sample.uid}: worked solutions are written for reasoning-gym chain_sum only "
-            f"(data_source {sample.data_source!r}); use sft.completion=answer for other tasks"
-        )
+    expression = _chain_sum_expression(sample, "worked solutions")
     try:
         lines = chain_steps(expression)
     except ValueError as e:
