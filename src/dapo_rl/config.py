@@ -1362,6 +1362,12 @@ def validate_config(cfg: Config) -> None:
             f"{d.max_response_length}]"
         )
     _check_campo_lengths(a, d.max_response_length)
+    if cfg.episode.name == "tool" and r.tensor_model_parallel_size > 1:
+        raise ConfigError(
+            f"episode.name=tool with rollout.tensor_model_parallel_size={r.tensor_model_parallel_size}: the ranks of a "
+            "tensor-parallel engine must call generate together, and each rank's turn loop ends when its own "
+            "trajectories do; use rollout.tensor_model_parallel_size=1 (one engine per GPU) for now"
+        )
     if r.n_gpus_per_node > 1 and at.max_staleness == 0:
         raise ConfigError(
             f"rollout.n_gpus_per_node={r.n_gpus_per_node} gives the rollout engines GPUs of their own, which only "

@@ -95,8 +95,9 @@ def test_two_calls_then_an_answer_token_in_token_out(tok, data):
     assert [c[0] for c in engine.calls] == [[prompt], [prompt + ids[:first]], [prompt + ids[:second]]]
     assert [c[1].stop for c in engine.calls] == [["</code>"]] * 3
     assert [c[1].max_tokens for c in engine.calls] == [400, 400 - first, 400 - second]
-    assert engine.calls[1][1].seed != engine.calls[2][1].seed != 5 and engine.calls[0][1].seed == 5
+    assert len({c[1].seed for c in engine.calls}) == 3 and engine.calls[0][1].seed == 5
     assert r.tool_calls == ["ok", "ok"] and r.tool_truncated == 0 and r.finish_reason == "stop"
+    assert r.tool_turns == 3
     assert r.acc and r.score == 1.0 and r.text == bytes(i for i in ids if i < 256).decode()
 
 
@@ -113,7 +114,7 @@ def test_malformed_calls_get_a_message_not_a_crash(tok, data):
     engine = Scripted(turns)
     with build_episode(_cfg("episode.tool.max_calls=3"), tok) as episode:
         [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=600))
-    assert r.tool_calls == ["malformed", "malformed", "error", "over_budget"]
+    assert r.tool_calls == ["malformed", "malformed", "error", "over_budget"] and r.tool_turns == 4
     text = bytes(i for i in r.response_ids if i < 256).decode()
     outputs = [part.split("</interpreter>")[0].strip() for part in text.split("<interpreter>")[1:]]
     assert outputs[:2] == ["error: no code between the tags"] * 2
@@ -124,19 +125,28 @@ def test_malformed_calls_get_a_message_not_a_crash(tok, data):
 
 
 def test_output_is_cut_to_its_token_budget_and_the_response_budget(tok, data):
-    """A flood of output: at most max_output_tokens of it, tags included, the closing tag kept; then the response
-    budget: the tool's tokens count against max_tokens, and a trajectory they fill is truncated."""
-    engine = Scripted(["<code>print('x' * 10000)</code>", "Answer: 42"])
-    with build_episode(_cfg("episode.tool.max_output_tokens=40"), tok) as episode:
-        [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=200))
-        call = len("<code>print('x' * 10000)</code>")
-        assert r.loss_mask[call : call + 40] == [0] * 40 and r.loss_mask[call + 40] == 1
-        tool = bytes(r.response_ids[call : call + 40]).decode()
-        assert tool.startswith("\n<interpreter>\nxxx") and tool.endswith("x\n</interpreter>\n")
+    """A flood of output that ends in an error: at most max_output_tokens of it, tags included, its middle cut so
+    that its start and its error line stay; then the response budget: the tool's tokens count against max_tokens,
+    and a call without room for an output is not run (the trajectory ends, truncated)."""
+    code = "<code>print('x' * 10000); 1 / 0</code>"
+    engine = Scripted([code, "Answer: 42"])
+    with build_episode(_cfg("episode.tool.max_output_tokens=80"), tok) as episode:
+        [[r]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=300))
+        call = len(code)
+        assert r.loss_mask[call : call + 80] == [0] * 80 and r.loss_mask[call + 80] == 1
+        tool = bytes(r.response_ids[call : call + 80]).decode()
+        assert tool.startswith("\n<interpreter>\nxxx") and tool.endswith("division by zero\n</interpreter>\n")
+        assert "x\n...\n" in tool and r.tool_calls == ["error"]
         assert r.tool_truncated == 1 and r.acc and r.finish_reason == "stop"
+        # 20 tokens after the call: more than the tags (31) need? no: the call is not run
         [[cut]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=call + 20))
-    assert len(cut.response_ids) == call + 20 and cut.finish_reason == "length" and cut.tool_calls == ["ok"]
-    assert cut.loss_mask == [1] * call + [0] * 20
+        assert cut.response_ids == list(code.encode()) and cut.finish_reason == "length"
+        assert cut.tool_calls == [] and cut.tool_turns == 1
+        # room for the tags and 5 more tokens, fewer than the cut mark needs: the tags alone, and the model's 5
+        [[full]], _ = episode.sample(engine, data, [1], SamplingParams(n=1, max_tokens=call + 36))
+    assert full.loss_mask == [1] * call + [0] * 31 + [1] * 5 and full.finish_reason == "length"
+    assert bytes(full.response_ids[call:]).decode() == "\n<interpreter>\n\n</interpreter>\nAnswe"
+    assert full.tool_calls == ["error"] and full.tool_truncated == 1
 
 
 def test_n_samples_each_go_on_alone_and_the_metrics_count_the_calls(tok, data):
@@ -234,3 +244,13 @@ def test_the_tools_tokens_get_no_gradient(model_dir, tok):
     c = _tool_update(model_dir, tok, lambda tool, responses: None, 0.0)
     d = _tool_update(model_dir, tok, lambda tool, responses: None, -7.0)
     assert any(not torch.allclose(c[k], d[k]) for k in c)
+
+
+def test_a_tensor_parallel_engine_is_refused_with_the_tool():
+    """Each rank's turn loop ends with its own trajectories, while a tensor-parallel engine's ranks must all call
+    generate: refused before anything starts."""
+    from dapo_rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="episode.name=tool with rollout.tensor_model_parallel_size=2"):
+        load_config(None, ["episode.name=tool", "rollout.name=vllm", "rollout.tensor_model_parallel_size=2"])
+    load_config(None, ["episode.name=tool", "rollout.name=vllm"])

@@ -43,6 +43,7 @@ class GenerationSums:
         tool_timeouts: calls past their wall-clock or CPU time (`timeout`, `killed`).
         tool_truncated: calls whose output was cut.
         tool_void: responses with a `sandbox_error` call (`Rollout.void`).
+        tool_turns: the model's turns in a tool episode's responses.
     """
 
     responses: float = 0.0
@@ -67,6 +68,7 @@ class GenerationSums:
     tool_timeouts: float = 0.0
     tool_truncated: float = 0.0
     tool_void: float = 0.0
+    tool_turns: float = 0.0
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
@@ -97,6 +99,7 @@ class GenerationSums:
             tool_timeouts=sum(c in ("timeout", "killed") for c in calls),
             tool_truncated=sum(x.tool_truncated for x in rs),
             tool_void=sum(x.void for x in rs),
+            tool_turns=sum(x.tool_turns for x in rs),
         )
 
     def __add__(self, other: GenerationSums) -> GenerationSums:
@@ -183,12 +186,12 @@ class GenerationSums:
 
     def tool_stats(self) -> dict:
         """The `tool/*` statistics of a tool episode's responses (docs/metrics.md): calls and turns per trajectory
-        (turns: the model's, calls + 1), the share that called the tool, and per call the rates of code errors,
+        (the model's turns), the share that called the tool, and per call the rates of code errors,
         sandbox errors, timeouts and cut outputs; `tool/void_ratio` the share of responses that do not train."""
         t, c = self.tool_trajectories, max(self.tool_calls, 1.0)
         return {
             "tool/calls_per_trajectory": self.tool_calls / t,
-            "tool/turns_mean": (self.tool_calls + t) / t,
+            "tool/turns_mean": self.tool_turns / t,
             "tool/used_ratio": self.tool_used / t,
             "tool/code_error_rate": self.tool_code_errors / c,
             "tool/sandbox_error_rate": self.tool_sandbox_errors / c,

@@ -49,6 +49,7 @@ class Rollout:
         tool_calls: a tool episode's calls, one status each (`dapo_rl.episode.tool.TOOL_STATUSES`), in order; None:
             no tool (a single-turn episode).
         tool_truncated: calls whose output was cut (the sandbox's output cap or `max_output_tokens`).
+        tool_turns: a tool episode's model turns (the runs of `loss_mask` 1); 0: no tool.
     """
 
     sample: Sample
@@ -69,6 +70,7 @@ class Rollout:
     loss_mask: list[int] | None = None
     tool_calls: list[str] | None = None
     tool_truncated: int = 0
+    tool_turns: int = 0
 
     def __post_init__(self):
         if self.response_length < 0:

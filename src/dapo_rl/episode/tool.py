@@ -37,6 +37,9 @@ TOOL_STATUSES = ("ok", "error", "timeout", "killed", "sandbox_error", "malformed
 `malformed` (no code between the tags, or an empty block: not run) and `over_budget` (a call after `max_calls`: not
 run)."""
 
+CUT_MARK = "\n...\n"
+"""What stands where the middle of a long output was cut."""
+
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*$", re.S)
 
 
@@ -81,7 +84,8 @@ def render_output(status: str, stdout: str, stderr: str, detail: str, limits_s: 
         return stdout if stdout.strip() else "(no output)"
     if status == "error":
         last = [line for line in stderr.strip().splitlines() if line.strip()]
-        return (stdout + (last[-1] if last else f"error ({detail or 'no message'})")).strip()
+        error = last[-1] if last else f"error ({detail or 'no message'})"
+        return f"{stdout.rstrip()}\n{error}" if stdout.strip() else error
     if status == "timeout":
         return f"TimeoutError: the program ran past {limits_s:g} s"
     if status == "killed":
@@ -105,6 +109,8 @@ class _Trajectory:
     finish_reason: str = "stop"
     calls: list[str] = field(default_factory=list)
     truncated_outputs: int = 0
+    turns: int = 0
+    """The model's turns so far."""
     turn_ids: list[int] = field(default_factory=list)
     """The model's tokens of its latest turn."""
     wants_call: bool = False
@@ -117,6 +123,7 @@ class _Trajectory:
         self.logprobs += lps
         self.loss_mask += [1] * len(ids)
         self.turn_ids = ids
+        self.turns += 1
         self.finish_reason = finish
         self.wants_call = (
             finish == "stop" and out.stop_reason == fmt.call_end and len(ids) == len(out.token_ids)
@@ -234,7 +241,14 @@ class ToolEpisode(Episode):
 
     def _answer_calls(self, live: list[_Trajectory], budget: int) -> None:
         """Run the calls the live trajectories end with and append each output; a trajectory that cannot go on
-        (over its budget of calls or tokens) stops wanting a call."""
+        (over its budget of calls or tokens) stops wanting a call. A call without room left for an output (its
+        tags) is not run: the trajectory ends there, truncated (verl's agent loop stops at the response budget
+        before parsing a call)."""
+        tags = len(self._tags()[0]) + len(self._tags()[1])
+        for t in live:
+            if budget - len(t.response_ids) <= tags:
+                t.wants_call, t.finish_reason = False, "length"
+        live = [t for t in live if t.wants_call]
         codes: list[str | None] = []
         for t in live:
             if len(t.calls) >= self.max_calls:
@@ -265,17 +279,26 @@ class ToolEpisode(Episode):
             if t.calls[-1] == "over_budget":
                 t.wants_call = False
 
-    def _output_ids(self, text: str, room: int) -> tuple[list[int], bool]:
-        """The token ids of one call's output, tags included, at most `max_output_tokens` (and `room`): the body is
-        cut so that the closing tag stays. Returns `(ids, cut)`."""
+    def _tags(self) -> tuple[list[int], list[int], list[int]]:
+        """Token ids of the output's opening and closing (`tool_output_text`) and of the cut marker."""
         enc = self.tokenizer
         head, tail = tool_output_text("\0", self.fmt.output_start, self.fmt.output_end).split("\0")
-        head = enc(head, add_special_tokens=False)["input_ids"]
-        tail = enc(tail, add_special_tokens=False)["input_ids"]
-        body = enc(text, add_special_tokens=False)["input_ids"]
-        keep = max(0, min(self.max_output_tokens, room) - len(head) - len(tail))
-        ids = head + body[:keep] + tail
-        return ids[:room], len(body) > keep or len(ids) > room
+        return tuple(enc(x, add_special_tokens=False)["input_ids"] for x in (head, tail, CUT_MARK))
+
+    def _output_ids(self, text: str, room: int) -> tuple[list[int], bool]:
+        """The token ids of one call's output, tags included, at most `max_output_tokens` (and `room`, which
+        `_answer_calls` leaves larger than the tags). A longer body loses its middle (`CUT_MARK` in its place), so
+        that both its start and its end (the error line, the final result) stay. Returns `(ids, cut)`."""
+        head, tail, mark = self._tags()
+        body = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        keep = min(self.max_output_tokens, room) - len(head) - len(tail)
+        if len(body) <= keep:
+            return head + body + tail, False
+        if keep <= len(mark):
+            return head + tail, True
+        first = (keep - len(mark)) // 2
+        last = keep - len(mark) - first
+        return head + body[:first] + mark + body[len(body) - last :] + tail, True
 
     @staticmethod
     def _rollout(dataset, i: int, t: _Trajectory, n: int, budget: int) -> Rollout:
@@ -293,6 +316,7 @@ class ToolEpisode(Episode):
             loss_mask=t.loss_mask,
             tool_calls=t.calls,
             tool_truncated=t.truncated_outputs,
+            tool_turns=t.turns,
         )
 
     # ------------------------------------------------------------------------------------------------ the rest
