@@ -709,39 +709,45 @@ def test_a_template_stopped_while_it_starts_prints_no_traceback(capfd):
     assert "Traceback" not in err and "BrokenPipeError" not in err
 
 
+_CONFINED_CHILD = """
+import json, os, sys
+abi, seccomp, work, victim = sys.argv[1:]
+from dapo_rl.sandbox import confinement
+if abi != "None":
+    import landlockpy._syscall
+    landlockpy._syscall.abi_version = lambda: int(abi)
+if seccomp != "True":
+    confinement._seccomp = lambda *a, **k: "no seccomp filter (switched off by the test)"
+c = confinement.confine(work, unshare_network=False)
+try:
+    os.truncate(victim, 0)
+    done = True
+except OSError as e:
+    done = e.errno
+print(json.dumps({"files": c.files, "missing": c.missing(), "truncate": done}))
+"""
+
+
 def _confined_child(tmp_path: Path, abi: int | None, seccomp: bool) -> dict:
-    """`confine` in a forked child whose Landlock claims ABI `abi` (None: the kernel's), with or without its seccomp
-    filter: the ``files`` layer it reports, its notes, and what ``truncate(2)`` did to a file outside its
-    directory (True: truncated; else the errno)."""
-    from dapo_rl.sandbox import confinement
+    """`confine` in a fresh interpreter (not a fork of the test process, which holds earlier tests' threads and
+    state) whose Landlock claims ABI `abi` (None: the kernel's), with or without its seccomp filter: the ``files``
+    layer it reports, its notes, and what ``truncate(2)`` did to a file outside its directory (True: truncated;
+    else the errno)."""
+    import subprocess
+    import sys
 
     victim = tmp_path / f"victim-{abi}-{seccomp}.txt"
     victim.write_text("hello")
     work = tmp_path / f"work-{abi}-{seccomp}"
     work.mkdir()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child)
-        try:
-            if abi is not None:
-                import landlockpy._syscall
-
-                landlockpy._syscall.abi_version = lambda: abi
-            if not seccomp:
-                confinement._seccomp = lambda *a, **k: "no seccomp filter (switched off by the test)"
-            c = confinement.confine(str(work), unshare_network=False)
-            try:
-                os.truncate(victim, 0)
-                done: bool | int = True
-            except OSError as e:
-                done = e.errno
-            os.write(w, json.dumps({"files": c.files, "missing": c.missing(), "truncate": done}).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    os.waitpid(pid, 0)
-    with os.fdopen(r, "rb") as f:
-        out = json.loads(f.read())
+    done = subprocess.run(
+        [sys.executable, "-c", _CONFINED_CHILD, str(abi), str(seccomp), str(work), str(victim)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
     out["size"] = victim.stat().st_size
     return out
 
