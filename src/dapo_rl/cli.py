@@ -699,30 +699,10 @@ def _reward_config(args):
 
 
 def _episode_config(args, served: bool):
-    """The `episode:` section `dapo eval` sets from `--episode` and `--max-tool-calls`, checked.
+    """`dapo eval`'s `episode:` section from its flags (`dapo_rl.episode.eval_episode_config`)."""
+    from dapo_rl.episode.base import eval_episode_config
 
-    Raises:
-        ConfigError: a bad name, a tool flag without the tool, or the tool with a served model (its responses come
-            as text, not token ids the tool loop can continue).
-    """
-    from dapo_rl.config import ConfigError, EpisodeConfig
-
-    episode = EpisodeConfig(name=args.episode)
-    if args.max_tool_calls is not None:
-        if args.episode != "tool":
-            raise ConfigError("--max-tool-calls is for --episode tool")
-        episode.tool.max_calls = args.max_tool_calls
-    try:
-        episode.check()
-    except ConfigError as e:
-        raise ConfigError(
-            str(e).replace("episode.name", "--episode").replace("episode.tool.max_calls", "--max-tool-calls")
-        ) from e
-    if served and episode.name == "tool":
-        raise ConfigError(
-            "--episode tool needs a local model (--engine hf or vllm): a served model answers in text"
-        )
-    return episode
+    return eval_episode_config(args.episode, args.max_tool_calls, served)
 
 
 def _eval(args) -> int:

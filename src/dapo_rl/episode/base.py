@@ -164,3 +164,30 @@ def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = No
     except BaseException:
         pool.close()
         raise
+
+
+def eval_episode_config(name: str, max_tool_calls: int | None, served: bool):
+    """The `episode:` section `dapo eval` sets from `--episode` (`name`) and `--max-tool-calls`, checked.
+
+    Raises:
+        ConfigError: a bad name, a tool flag without the tool, or the tool with a served model (its responses come
+            as text, not token ids the tool loop can continue).
+    """
+    from dapo_rl.config import ConfigError, EpisodeConfig
+
+    episode = EpisodeConfig(name=name)
+    if max_tool_calls is not None:
+        if name != "tool":
+            raise ConfigError("--max-tool-calls is for --episode tool")
+        episode.tool.max_calls = max_tool_calls
+    try:
+        episode.check()
+    except ConfigError as e:
+        raise ConfigError(
+            str(e).replace("episode.name", "--episode").replace("episode.tool.max_calls", "--max-tool-calls")
+        ) from e
+    if served and episode.name == "tool":
+        raise ConfigError(
+            "--episode tool needs a local model (--engine hf or vllm): a served model answers in text"
+        )
+    return episode
