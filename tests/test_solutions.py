@@ -129,3 +129,35 @@ def test_tool_traces_run_in_the_sandbox_and_read_as_the_tool_episode_writes_them
         DataError, match="sample x:1: tool traces are written for reasoning-gym chain_sum only"
     ):
         tool_trace(Sample("x:1", "math", samples[0].prompt, "1", {}))
+
+
+def test_the_warm_up_does_not_train_on_the_tool_output_and_tokenizes_it_as_the_episode_appends_it():
+    """A tool trace's target: the model's call and answer are trained on, the interpreter block (opening, output,
+    closing) is not (label -100), and its ids are those the tool episode appends for the same output."""
+    from dapo_rl.data import render_prompt
+    from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_spans, tool_trace
+    from dapo_rl.models.tiny import build_tiny_tokenizer
+    from dapo_rl.sft import _padded_rows, target_ids
+
+    tok = build_tiny_tokenizer()
+    sample = reasoning_gym_samples("chain_sum", 1, 5, {"min_terms": 2, "max_terms": 2, "min_digits": 4}, True)[0]
+    trace = tool_trace(sample) + tok.eos_token
+    ids, trained = target_ids(tok, trace)
+    assert tok.decode(ids) == trace and ids[-1] == tok.eos_token_id
+    call, block, answer = (
+        "".join(t for t, keep in tool_output_spans(trace)[a:b]) for a, b in ((0, 1), (1, 4), (4, 5))
+    )
+    assert block == f"\n<interpreter>\n{sample.ground_truth}\n\n</interpreter>\n"
+    masked = [i for i, keep in zip(ids, trained) if not keep]
+    enc = lambda x: tok(x, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert masked == enc("\n<interpreter>\n") + enc(f"{sample.ground_truth}\n") + enc("\n</interpreter>\n")
+    assert trained == [True] * len(enc(call)) + [False] * len(masked) + [True] * len(enc(answer))
+    assert RETOOL_TAGS[2] in block and RETOOL_TAGS[2] not in call + answer
+    p_ids = [enc(render_prompt(tok, sample.prompt))]
+    _, _, labels = _padded_rows([0], p_ids, [ids], tok.pad_token_id, [trained])
+    row = labels[0, len(p_ids[0]) :].tolist()
+    assert row == [i if keep else -100 for i, keep in zip(ids, trained)]
+    assert (labels[0, : len(p_ids[0])] == -100).all()
+    # a target without tool output: one piece, tokenized whole and trained on throughout
+    plain = f"Answer: {sample.ground_truth}{tok.eos_token}"
+    assert target_ids(tok, plain) == (enc(plain), [True] * len(enc(plain)))

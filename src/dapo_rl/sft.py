@@ -20,7 +20,7 @@ import torch
 
 from dapo_rl.config import SFTConfig
 from dapo_rl.data import reasoning_gym_samples, render_prompt
-from dapo_rl.data.solutions import sft_completions
+from dapo_rl.data.solutions import sft_completions, tool_output_spans
 from dapo_rl.paths import cache_root
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype
 
@@ -52,6 +52,8 @@ def embedded_model_dir(cfg: SFTConfig) -> Path:
     for key, default in _ADDED_LATER.items():  # settings newer than the cache keep older models' names
         if recipe.get(key) == default:
             recipe.pop(key)
+    if cfg.completion in ("tool", "tool_mixed"):  # warm-ups before 2026-12-06 also trained on the tool's output
+        recipe["tool_output_loss"] = "masked"
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"
 
@@ -75,11 +77,29 @@ def fresh_tiny_model(cfg: SFTConfig):
     return model, tok
 
 
+def target_ids(tok, completion: str) -> tuple[list[int], list[bool]]:
+    """The token ids of a warm-up target and which of them the loss trains on: the tool's output blocks
+    (`tool_output_spans`) are tokenized alone, as the tool episode appends them, and not trained on, as RL's loss
+    mask leaves them; a target without tool output is tokenized whole and trained on throughout."""
+    ids: list[int] = []
+    trained: list[bool] = []
+    for text, train in tool_output_spans(completion):
+        part = tok(text, add_special_tokens=False)["input_ids"]
+        ids += part
+        trained += [train] * len(part)
+    return ids, trained
+
+
 def _padded_rows(
-    idx: list[int], p_ids: list[list[int]], c_ids: list[list[int]], pad: int
+    idx: list[int],
+    p_ids: list[list[int]],
+    c_ids: list[list[int]],
+    pad: int,
+    c_trained: list[list[bool]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(input_ids, attention_mask, labels)`, each `(len(idx), width)` int64, of rows `idx` (prompt + target),
-    right-padded to the longest of them; labels are the target tokens, -100 elsewhere (loss on the target only)."""
+    right-padded to the longest of them; labels are the target tokens, -100 elsewhere (loss on the target only)
+    and on target tokens whose `c_trained` entry is False (a tool's output)."""
     seqs = [p_ids[i] + c_ids[i] for i in idx]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -88,7 +108,10 @@ def _padded_rows(
     for r, (i, s) in enumerate(zip(idx, seqs)):
         ids[r, : len(s)] = torch.tensor(s)
         mask[r, : len(s)] = 1
-        labels[r, len(p_ids[i]) : len(s)] = torch.tensor(c_ids[i])
+        target = torch.tensor(c_ids[i])
+        if c_trained is not None:
+            target = target.masked_fill(~torch.tensor(c_trained[i], dtype=torch.bool), -100)
+        labels[r, len(p_ids[i]) : len(s)] = target
     return ids, mask, labels
 
 
@@ -100,6 +123,7 @@ def batch_backward(
     pad: int,
     micro_batch_size: int = 0,
     compute: torch.dtype = torch.float32,
+    c_trained: list[list[bool]] | None = None,
 ) -> torch.Tensor:
     """Forward and backward of one warm-up batch: adds to `model`'s `.grad` the gradient of the mean token loss
     over the targets of rows `idx`.
@@ -115,22 +139,23 @@ def batch_backward(
         pad: the pad token id.
         micro_batch_size: rows per pass (0: all).
         compute: `torch.bfloat16` runs the passes under CPU autocast; fp32 otherwise.
+        c_trained: per target token, whether the loss trains on it (`target_ids`); None: all of them.
 
     Returns:
         The batch's mean token loss, a detached scalar.
     """
     bf16 = compute == torch.bfloat16
     if micro_batch_size <= 0 or micro_batch_size >= len(idx):
-        ids, mask, labels = _padded_rows(idx, p_ids, c_ids, pad)
+        ids, mask, labels = _padded_rows(idx, p_ids, c_ids, pad, c_trained)
         with torch.autocast("cpu", dtype=compute, enabled=bf16):
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         return loss.detach()
-    targets = sum(len(c_ids[i]) for i in idx)
+    targets = sum(sum(c_trained[i]) if c_trained is not None else len(c_ids[i]) for i in idx)
     ranked = sorted(idx, key=lambda i: len(p_ids[i]) + len(c_ids[i]))
     loss = torch.zeros(())
     for k in range(0, len(ranked), micro_batch_size):
-        ids, mask, labels = _padded_rows(ranked[k : k + micro_batch_size], p_ids, c_ids, pad)
+        ids, mask, labels = _padded_rows(ranked[k : k + micro_batch_size], p_ids, c_ids, pad, c_trained)
         with torch.autocast("cpu", dtype=compute, enabled=bf16):
             part = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets).loss
         part.backward()
@@ -156,7 +181,7 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
         c + tok.eos_token for c in sft_completions(samples, cfg.completion, cfg.steps_fraction, cfg.seed)
     ]
     p_ids = tok(prompts, add_special_tokens=False)["input_ids"]
-    c_ids = tok(comps, add_special_tokens=False)["input_ids"]
+    c_ids, c_trained = map(list, zip(*(target_ids(tok, c) for c in comps)))
     autocast, why = choose_autocast_dtype(cfg.autocast_dtype, "cpu", key="sft.autocast_dtype")
     compute = torch.bfloat16 if autocast == "bfloat16" else torch.float32
     attn, attn_why = choose_attn_implementation(
@@ -180,7 +205,7 @@ def run_sft(cfg: SFTConfig, log=print) -> Path:
     for step in range(cfg.steps):
         idx = torch.randint(len(samples), (cfg.batch_size,), generator=gen).tolist()
         opt.zero_grad(set_to_none=True)
-        loss = batch_backward(model, idx, p_ids, c_ids, pad, cfg.micro_batch_size, compute)
+        loss = batch_backward(model, idx, p_ids, c_ids, pad, cfg.micro_batch_size, compute, c_trained)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

@@ -61,6 +61,32 @@ def tool_trace(sample: Sample, tags: tuple[str, str, str, str] = RETOOL_TAGS) ->
     return f"{call_start}print({expression.strip()}){call_end}{out}Answer: {sample.ground_truth}"
 
 
+def tool_output_spans(text: str, tags: tuple[str, str, str, str] = RETOOL_TAGS) -> list[tuple[str, bool]]:
+    """`text` cut into `(segment, trained)` pieces: each tool output block the episode appends
+    (`tool_output_text`: from the newline before the output's opening tag to the newline after its closing tag)
+    gives three pieces with `trained` False (the opening, the output, the closing; an empty output gives none),
+    the model's text around them pieces with `trained` True. The pieces join back to `text`; a text without output
+    blocks is one trained piece.
+
+    The supervised warm-up trains on the model's pieces only, as RL's loss mask does (the tool episode gives the
+    tool's tokens loss mask 0), and tokenizes each piece alone, as the episode tokenizes the opening, the output
+    and the closing it appends (`dapo_rl.episode.tool`).
+    """
+    head = f"\n{tags[2]}\n"
+    tail = f"\n{tags[3]}\n"
+    pieces: list[tuple[str, bool]] = []
+    at = 0
+    while (start := text.find(head, at)) >= 0 and (end := text.find(tail, start + len(head) - 1)) >= 0:
+        if start > at:
+            pieces.append((text[at:start], True))
+        body = text[start + len(head) : end]
+        pieces += [(head, False), *([(body, False)] if body else []), (tail, False)]
+        at = end + len(tail)
+    if at < len(text) or not pieces:
+        pieces.append((text[at:], True))
+    return pieces
+
+
 def chain_steps(expression: str) -> list[str]:
     """One line per operation of a left-to-right chain of additions and subtractions.
 
