@@ -184,18 +184,19 @@ def test_generation_sums_add_over_rounds_and_read_older_checkpoints(parts):
     )
     assert a == GenerationSums(
         responses=2, groups=1, reward=0.0, correct=1, tokens=3, truncated=1, token_prob=3.0, sampled_tokens=3,
-        refused=1, filtered_tokens=7,
+        refused=1, filtered_tokens=7, model_tokens=3,
     )  # fmt: skip
     b = a + a
     assert b.tokens == 6 and b.filtered_tokens == 14 and b.token_prob == 6.0
     assert GenerationSums.from_list(b.as_list()) == b and GenerationSums.from_state(b.state()) == b
     assert GenerationSums.from_state(a.as_list()) == a
     assert GenerationSums.from_state(a.as_list()[:14]) == a  # before the tool sums (all 0 here)
+    assert GenerationSums.from_state({k: v for k, v in a.state().items() if k != "model_tokens"}) == a
     before_refused = [x for k, x in enumerate(a.as_list()[:14]) if k != 12]
     assert GenerationSums.from_state(before_refused) == GenerationSums(**{**a.state(), "refused": 0.0})
     with pytest.raises(ValueError, match="15 positional sums"):
         GenerationSums.from_state(a.as_list()[:15])
-    with pytest.raises(ValueError, match="3 sums for the 23 fields"):
+    with pytest.raises(ValueError, match="3 sums for the 24 fields"):
         GenerationSums.from_list([1.0, 2.0, 3.0])
 
 
@@ -222,11 +223,12 @@ def test_step_statistics_by_hand(parts):
     assert stats["train/gen_tokens_wasted_ratio"] == 0.75 and stats["train/gen_tokens_wasted"] == 15
     # a step trained only on carried groups samples nothing; dropping stale ones is all waste, not 300x waste
     assert _step_stats([], 0, 0, DistContext(), 0, 300)["train/gen_tokens_wasted_ratio"] == 1.0
-    # a tool's tokens (loss mask 0, log-prob 0 there) fill the response but were not sampled: the lengths count
-    # them, the sampling probability does not
+    # a tool's tokens (loss mask 0, log-prob 0 there) fill the response but were not sampled: the generated
+    # tokens and the context length count them; the response lengths and the sampling probability do not
     tool = Rollout(s, 0, 0, [1], [5, 6, 7, 8], [-0.5, 0.0, 0.0, -0.5], acc=True, loss_mask=[1, 0, 0, 1])
     stats = _step_stats([PromptGroup((1, 0), [tool, mk(False, 2, -1.0)])], 1, 1, DistContext(), 0, 0)
-    assert stats["train/gen_tokens"] == 6 and stats["train/response_length_mean"] == 3.0
+    assert stats["train/gen_tokens"] == 6 and stats["train/response_length_mean"] == 2.0
+    assert stats["train/response_length_max"] == 2
     assert stats["train/token_prob_mean"] == pytest.approx((2 * 0.6065307 + 2 * 0.3678794) / 4, rel=1e-6)
 
 

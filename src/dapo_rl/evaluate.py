@@ -158,7 +158,7 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
         )
     out["num_problems"] = len(by_problem)
     out["num_samples"] = len(records)
-    out["response_length_mean"] = float(np.mean([r.response_length for r in records]))
+    out["response_length_mean"] = float(np.mean([r.model_length for r in records]))
     out["truncation_rate"] = float(np.mean([r.truncated for r in records]))
     known = all(r.status != "unknown" for r in records)  # generations.jsonl lines from before `status`
     out["error_rate"] = float(np.mean([r.status == "error" for r in records])) if known else None

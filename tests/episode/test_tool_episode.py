@@ -9,7 +9,7 @@ from dapo_rl.collect.loop import filter_groups
 from dapo_rl.collect.stats import GenerationSums
 from dapo_rl.config import load_config
 from dapo_rl.data import PromptDataset, Sample
-from dapo_rl.episode import PromptGroup, Scorer, ToolEpisode, build_episode
+from dapo_rl.episode import PromptGroup, Rollout, Scorer, ToolEpisode, build_episode
 from dapo_rl.episode.tool import ToolFormat, extract_code, render_output
 from dapo_rl.models.tiny import build_tiny_tokenizer
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
@@ -254,3 +254,31 @@ def test_a_tensor_parallel_engine_is_refused_with_the_tool():
     with pytest.raises(ConfigError, match="episode.name=tool with rollout.tensor_model_parallel_size=2"):
         load_config(None, ["episode.name=tool", "rollout.name=vllm", "rollout.tensor_model_parallel_size=2"])
     load_config(None, ["episode.name=tool", "rollout.name=vllm"])
+
+
+def test_the_overlong_penalty_and_the_length_metrics_count_the_models_tokens(tok, data):
+    """A 29-token call, 132 tokens of tool output, an 11-token answer: 172 tokens fill the context, 40 are the
+    model's. The overlong penalty (Eq. 13, L_max 200) reads the 40: none with L_cache 50 (the 172 would cost
+    -(172 - 150) / 50), -(40 - 20) / 180 with L_cache 180; `train/response_length_mean` is 40 and
+    `tool/context_length_mean` 172."""
+    engine = Scripted(["<code>print('y' * 100)</code>", "Answer: 42"])
+    params = SamplingParams(n=1, max_tokens=200)
+    rewards = []
+    for cache in (50, 180):
+        cfg = _cfg(
+            "data.max_response_length=200",
+            f"algorithm.overlong_buffer.len={cache}",
+            "algorithm.overlong_buffer.penalty_factor=1.0",
+        )
+        with build_episode(cfg, tok) as episode:
+            [[r]], _ = episode.sample(engine, data, [1], params)
+        assert (r.response_length, r.model_length, sum(r.loss_mask)) == (172, 40, 40) and r.score == 1.0
+        rewards.append(r.reward)
+    assert rewards == [1.0, pytest.approx(1.0 - 20 / 180, abs=1e-6)]
+    stats = GenerationSums.of([PromptGroup((1, 0), [r])]).stats(r.model_length, 1, 1)
+    assert stats["train/response_length_mean"] == 40 and stats["tool/context_length_mean"] == 172
+    assert stats["train/gen_tokens"] == 172
+    light = r.light()
+    assert light.model_length == 40 and light.loss_mask is None
+    record = r.to_record("t")
+    assert record["model_length"] == 40 and Rollout.from_record(record).model_length == 40

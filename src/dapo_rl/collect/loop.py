@@ -229,6 +229,6 @@ def _step_stats(
     """
     sums = GenerationSums.from_list(all_reduce(GenerationSums.of(generated, filtered_tokens).as_list(), ctx))
     longest = all_reduce(
-        [max((x.response_length for g in generated for x in g.rollouts), default=0)], ctx, op="max"
+        [max((x.model_length for g in generated for x in g.rollouts), default=0)], ctx, op="max"
     )[0]
     return sums.stats(longest, rounds, total_kept, surplus_tokens)

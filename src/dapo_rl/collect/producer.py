@@ -431,7 +431,7 @@ class RolloutProducer:
             self.queue.groups.extend(kept)
             rep = self._report
             rep.sums = rep.sums + sums
-            rep.longest = max([rep.longest] + [x.response_length for g in groups for x in g.rollouts])
+            rep.longest = max([rep.longest] + [x.model_length for g in groups for x in g.rollouts])
             rep.rounds += 1
             rep.kept += len(kept)
             rep.prompts += len(indices)

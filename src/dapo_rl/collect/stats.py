@@ -69,6 +69,8 @@ class GenerationSums:
     tool_truncated: float = 0.0
     tool_void: float = 0.0
     tool_turns: float = 0.0
+    model_tokens: float = 0.0
+    """The model's own response tokens (`Rollout.model_length`); `tokens` counts a tool's too."""
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
@@ -100,6 +102,7 @@ class GenerationSums:
             tool_truncated=sum(x.tool_truncated for x in rs),
             tool_void=sum(x.void for x in rs),
             tool_turns=sum(x.tool_turns for x in rs),
+            model_tokens=sum(x.model_length for x in rs),
         )
 
     def __add__(self, other: GenerationSums) -> GenerationSums:
@@ -133,7 +136,7 @@ class GenerationSums:
             ValueError: a positional list of another length.
         """
         if isinstance(state, dict):
-            return cls(**state)
+            return cls(**({"model_tokens": state.get("tokens", 0.0)} | state))  # before it: no tool, the same
         values = list(state)
         if len(values) == len(fields(cls)):
             return cls.from_list(values)
@@ -143,7 +146,9 @@ class GenerationSums:
             raise ValueError(
                 f"{len(values)} positional sums: a checkpoint's list holds 13, 14 or {len(fields(cls))}"
             )
-        return cls(*map(float, values))  # before the tool sums: 0
+        out = cls(*map(float, values))  # before the tool sums: 0
+        out.model_tokens = out.tokens
+        return out
 
     def stats(self, longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0) -> dict:
         """The step's logged statistics, given the longest response, the rounds, the groups kept and the tokens of
@@ -159,7 +164,7 @@ class GenerationSums:
         out = {
             "train/reward_mean": self.reward / max(n, 1.0),
             "train/acc_mean": self.correct / max(n, 1.0),
-            "train/response_length_mean": length / max(n, 1.0),
+            "train/response_length_mean": self.model_tokens / max(n, 1.0),
             "train/response_length_max": longest,
             "train/response_clip_ratio": self.truncated / max(n, 1.0),
             "train/num_gen_batches": rounds,
@@ -192,6 +197,7 @@ class GenerationSums:
         return {
             "tool/calls_per_trajectory": self.tool_calls / t,
             "tool/turns_mean": self.tool_turns / t,
+            "tool/context_length_mean": self.tokens / max(self.responses, 1.0),
             "tool/used_ratio": self.tool_used / t,
             "tool/code_error_rate": self.tool_code_errors / c,
             "tool/sandbox_error_rate": self.tool_sandbox_errors / c,

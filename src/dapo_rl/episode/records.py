@@ -4,10 +4,14 @@ prompt (`PromptGroup`).
 A response's tokens are not all the model's: a multi-turn episode appends a tool's output to it, tokens the model did
 not sample. `Rollout.loss_mask` marks them (0), and this is the one place that decides what counts them:
 
-- every response token, the model's and a tool's, fills the context that `data.max_response_length` bounds, so
-  `Rollout.response_length`, truncation, the overlong penalty (DAPO Eq. 13), `train/response_length_*` and the
-  generated-token counts and ratios (`train/gen_tokens*`) count them all;
-- only the model's tokens (mask 1) have a sampling probability and enter the loss: `train/token_prob_mean`
+- every response token, the model's and a tool's, fills the context that `data.max_response_length` bounds: a
+  trajectory ends truncated when they reach it, and `Rollout.response_length`, `tool/context_length_mean` and the
+  generated-token counts and ratios (`train/gen_tokens*`, the sequences the update computes) count them all;
+- only the model's tokens (mask 1) are what the model wrote: `Rollout.model_length` counts them, and the overlong
+  penalty (DAPO Eq. 13, L_max = `data.max_response_length`), `train/response_length_*` and `dapo eval`'s
+  `response_length_mean` read it, so a tool's long output neither costs the model reward nor reads as the model
+  growing verbose (verl's agent loop counts the tool's tokens in both);
+- only the model's tokens have a sampling probability and enter the loss: `train/token_prob_mean`
   (`dapo_rl.collect.stats.GenerationSums`) and the actor's `response_mask` (`TrainBatch.build`), hence the loss's
   token mean (Eq. 12), the entropy and the clip fractions, skip the others.
 """
@@ -41,6 +45,7 @@ class Rollout:
             written before the field (`from_record`).
         reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
         response_length: tokens in the response (kept when a record is read back without its token ids).
+        model_length: the response tokens the model sampled (`loss_mask` 1; `response_length` without a mask).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
             equivalent to `pred` (`dapo_rl.evaluate.pool_equivalent_answers`); empty: `pred` itself.
         loss_mask: per response token, 1 where the model sampled it, 0 where something else wrote it (a tool's output
@@ -71,10 +76,13 @@ class Rollout:
     tool_calls: list[str] | None = None
     tool_truncated: int = 0
     tool_turns: int = 0
+    model_length: int = -1
 
     def __post_init__(self):
         if self.response_length < 0:
             self.response_length = len(self.response_ids)
+        if self.model_length < 0:
+            self.model_length = self.response_length if self.loss_mask is None else sum(self.loss_mask)
 
     def model_ids(self) -> list[int]:
         """The response tokens the model sampled (`loss_mask` 1), in order: what the verifier reads."""
@@ -100,7 +108,7 @@ class Rollout:
 
     def to_record(self, dataset: str) -> dict:
         """The JSON line `dapo eval` writes to generations.jsonl (`tool_calls` only from a tool episode)."""
-        tool = {} if self.tool_calls is None else {"tool_calls": self.tool_calls}
+        tool = {} if self.tool_calls is None else {"tool_calls": self.tool_calls, "model_length": self.model_length}
         return tool | {
             "dataset": dataset,
             "problem_idx": self.problem_idx,
@@ -181,6 +189,7 @@ class Rollout:
             vote=str(r.get("vote", "")),
             status=str(r.get("status", "unknown")),  # lines written before 2026-12-06 lack it
             tool_calls=r.get("tool_calls"),
+            model_length=int(r.get("model_length", r["response_length"])),
         )
 
 

@@ -102,7 +102,7 @@ class Scorer:
                 )
         if shaped:
             pen = overlong_penalty(
-                torch.tensor([r.response_length for r in rollouts]),
+                torch.tensor([r.model_length for r in rollouts]),
                 max_tokens,
                 self.overlong.len,
                 self.overlong.penalty_factor,
