@@ -257,7 +257,8 @@ def test_dapo_eval_with_the_tool_episode(model_dir, tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())["mini"]
     assert (summary["tool_used_rate"], summary["tool_calls_mean"]) == (0.0, 0.0)
     settings = json.loads((out / "eval_config.json").read_text())
-    assert (settings["episode"], settings["max_tool_calls"]) == ("tool", 2)
+    assert (settings["episode"], settings["episode_tool"]["max_calls"]) == ("tool", 2)
+    assert settings["episode_tool"]["max_output_tokens"] == 256 and "num_workers" not in settings["episode_tool"]
     plain = tmp_path / "plain"
     assert main([*argv, "--output", str(plain)]) == 0
     assert "episode" not in json.loads(
@@ -274,3 +275,31 @@ def test_dapo_eval_with_the_tool_episode(model_dir, tmp_path, capsys):
     assert "--episode tool needs a local model" in capsys.readouterr().err
     assert main([*argv, "--episode", "nope", "--output", str(tmp_path / "x")]) == 2
     assert "--episode='nope' is not one of single_turn, tool" in capsys.readouterr().err
+
+
+def test_dapo_eval_takes_a_checkpoints_tool_settings_from_its_run(model_dir, tmp_path, capsys):
+    """A checkpoint of a tool run (`<run>/checkpoints/global_step_N/model` beside the run's config.yaml) is
+    evaluated with the episode and the tool settings it was trained with, unless a flag says otherwise."""
+    import shutil
+
+    from dapo_rl.config import load_config, to_yaml
+
+    run = tmp_path / "run"
+    model = run / "checkpoints" / "global_step_3" / "model"
+    shutil.copytree(model_dir, model)
+    trained = ["episode.name=tool", "episode.tool.max_calls=3", "episode.tool.max_output_tokens=40"]
+    (run / "config.yaml").write_text(to_yaml(load_config("tiny_chain_sum", [*trained, "episode.tool.call_end=</py>"])))
+    data = tmp_path / "mini.jsonl"
+    data.write_text(json.dumps({"problem": "1 + 1 =", "answer": "2"}) + "\n")
+    argv = ["eval", "--model", str(model), "--data", str(data), "--n", "2", "--max-tokens", "8"]
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "a")]) == 0
+    assert f"episode: tool, as the model was trained ({run / 'config.yaml'})" in capsys.readouterr().err
+    tool = json.loads((tmp_path / "a" / "eval_config.json").read_text())["episode_tool"]
+    assert (tool["max_calls"], tool["max_output_tokens"], tool["call_end"]) == (3, 40, "</py>")
+    assert main([*argv, "--max-tool-calls", "1", "--output", str(tmp_path / "b")]) == 0
+    tool = json.loads((tmp_path / "b" / "eval_config.json").read_text())["episode_tool"]
+    assert (tool["max_calls"], tool["max_output_tokens"]) == (1, 40)
+    assert main([*argv, "--episode", "single_turn", "--output", str(tmp_path / "c")]) == 0
+    assert "episode" not in json.loads((tmp_path / "c" / "eval_config.json").read_text())
+    assert "tool_calls" not in json.loads((tmp_path / "c" / "generations.jsonl").read_text().splitlines()[0])

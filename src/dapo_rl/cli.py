@@ -132,9 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
     ev.add_argument(
         "--episode",
-        default="single_turn",
-        help="single_turn | tool (the model may run Python in the sandbox, as episode.name=tool trains it; "
-        "ReTool's tags) | module:Class",
+        default=None,
+        help="single_turn | tool (the model may run Python in the sandbox, as episode.name=tool trains it) | "
+        "module:Class (default: a checkpoint's training episode, with its settings, from its run's config.yaml; "
+        "otherwise single_turn)",
     )
     ev.add_argument(
         "--max-tool-calls",
@@ -699,14 +700,20 @@ def _reward_config(args):
 
 
 def _episode_config(args, served: bool):
-    """`dapo eval`'s `episode:` section from its flags (`dapo_rl.episode.eval_episode_config`)."""
-    from dapo_rl.episode.base import eval_episode_config
+    """`dapo eval`'s `episode:` section from its flags and the checkpoint's training run
+    (`dapo_rl.episode.eval_episode_config`)."""
+    from dapo_rl.episode.base import eval_episode_config, trained_episode
 
-    return eval_episode_config(args.episode, args.max_tool_calls, served)
+    trained = None if served else trained_episode(args.model)
+    episode = eval_episode_config(args.episode, args.max_tool_calls, served, trained and trained[0])
+    if trained is not None and trained[0].name == episode.name != "single_turn":
+        print(f"episode: {episode.name}, as the model was trained ({trained[1]})", file=sys.stderr)
+    return episode
 
 
 def _eval(args) -> int:
     """`dapo eval`: generations.jsonl, summary.json, report.md and a table."""
+    import dataclasses
     import json
     import time
     from pathlib import Path
@@ -777,7 +784,8 @@ def _eval(args) -> int:
         )
     }
     if episode_cfg.name != "single_turn":  # an older evaluation's settings stay comparable
-        settings |= {"episode": episode_cfg.name, "max_tool_calls": episode_cfg.tool.max_calls}
+        tool = {k: v for k, v in dataclasses.asdict(episode_cfg.tool).items() if k != "num_workers"}
+        settings |= {"episode": episode_cfg.name, "episode_tool": tool}
     cfg_path = out / "eval_config.json"
     if cfg_path.exists():
         old = json.loads(cfg_path.read_text())

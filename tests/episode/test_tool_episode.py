@@ -3,6 +3,8 @@ the model's ids and the tool's ids exactly), the loss mask over the tool's token
 calls and the call budget, and the void trajectory of a failed sandbox. The programs run in the real sandbox; the
 engine is a scripted `RolloutEngine` (its turns are fixed texts, so that every count below is known by hand)."""
 
+from dataclasses import replace
+
 import pytest
 
 from dapo_rl.collect.loop import filter_groups
@@ -282,3 +284,38 @@ def test_the_overlong_penalty_and_the_length_metrics_count_the_models_tokens(tok
     assert light.model_length == 40 and light.loss_mask is None
     record = r.to_record("t")
     assert record["model_length"] == 40 and Rollout.from_record(record).model_length == 40
+
+
+def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok, data):
+    """Both calls of a group are running when their sandbox templates are killed from outside (a real sandbox
+    failure, not the program's): the group is void, the filter drops it, a prompt policy does not learn from it,
+    and the exhaustion message says the sandbox, not the model, emptied the round."""
+    import os
+    import signal
+    import threading
+
+    from dapo_rl.collect import DynamicSamplingExhausted, collect_batch
+    from dapo_rl.collect.loop import group_outcomes
+    from dapo_rl.data import EpochSampler
+
+    engine = Scripted(["<code>import time\ntime.sleep(4)\nprint(42)</code>", "Answer: 42"])
+    cfg = _cfg(
+        "data.train_batch_size=1",
+        "actor.ppo_mini_batch_size=1",
+        "data.gen_batch_size=1",
+        "data.max_response_length=200",
+        "rollout.n=2",
+        "episode.tool.num_workers=2",
+        "algorithm.filter_groups.max_num_gen_batches=1",
+    )
+    with build_episode(cfg, tok) as episode:
+        pids = episode.runner.pids
+        killer = threading.Timer(1.0, lambda: [os.kill(p, signal.SIGKILL) for p in pids])
+        killer.start()
+        with pytest.raises(DynamicSamplingExhausted, match="1 of the dropped groups were void: the sandbox failed"):
+            collect_batch(engine, episode, EpochSampler(len(data), shuffle=False), data, cfg, step=1)
+        killer.join()
+        [[a, b]], _ = episode.sample(engine, data, [1], SamplingParams(n=2, max_tokens=200))
+    assert (a.tool_calls, b.tool_calls) == (["ok"], ["ok"])  # fresh templates took the killed ones' place
+    void = PromptGroup((1, 0), [replace(a, tool_calls=["sandbox_error"]), b])
+    assert group_outcomes([void, PromptGroup((1, 1), [a, b])]) == [(1, 2, 2)]

@@ -84,7 +84,7 @@ def collect_batch(
     kept: list[PromptGroup] = []
     generated: list[PromptGroup] = []
     filtered_tokens = 0
-    rounds = skipped = prompts = 0
+    rounds = skipped = prompts = void_groups = 0
     generate_s = 0.0
     total_kept = len(carried)
     while total_kept < want:
@@ -115,7 +115,8 @@ def collect_batch(
         if policy.needs_outcomes:
             # a collective: a rank that drew no prompt this round (gen_batch_size < world size) joins with nothing
             outcomes = [o for part in all_gather_objects(group_outcomes(groups), ctx) for o in part]
-        round_kept, total_fresh = all_reduce([len(kept) - kept_before, len(kept)], ctx)
+        void_groups += sum(map(is_void, groups))
+        round_kept, total_fresh, total_void = all_reduce([len(kept) - kept_before, len(kept), void_groups], ctx)
         policy.record(len(indices), int(round_kept), outcomes)
         total_kept = len(carried) + int(total_fresh)
         if total_kept >= want:
@@ -135,7 +136,7 @@ def collect_batch(
                 "all right or all wrong, so they carry no learning signal. Raise algorithm.filter_groups."
                 "max_num_gen_batches (0 = unlimited) or data.gen_batch_size, set algorithm.filter_groups."
                 "on_exhausted=partial, disable algorithm.filter_groups.enable, or start from a model that solves "
-                "some but not all of these problems."
+                "some but not all of these problems." + void_hint(int(total_void))
             )
     fresh = sorted(_share_groups(kept, ctx), key=lambda g: g.key)
     pool = carried + fresh
@@ -175,7 +176,7 @@ def filter_groups(groups: list[PromptGroup], fg) -> tuple[list[PromptGroup], int
     `fg.metric` varies (all of them when `fg.enable` is false) and the response tokens of those dropped. A group
     with a `void` trajectory (the sandbox failed under a tool call) is dropped whatever `fg` says: its outcome is
     the sandbox's, not the policy's."""
-    void = [g for g in groups if any(x.void for x in g.rollouts)]
+    void = [g for g in groups if is_void(g)]
     if void:
         groups = [g for g in groups if g not in void]
     dropped_void = sum(x.response_length for g in void for x in g.rollouts)
@@ -189,10 +190,30 @@ def filter_groups(groups: list[PromptGroup], fg) -> tuple[list[PromptGroup], int
 
 
 def group_outcomes(groups: list[PromptGroup]) -> list[tuple[int, int, int]]:
-    """`(problem index, correct responses, responses)` of each group: what a prompt policy's `record` learns from."""
+    """`(problem index, correct responses, responses)` of each group: what a prompt policy's `record` learns from.
+    A void group (the sandbox failed under a tool call, `filter_groups`) is left out: its outcome says nothing
+    about the prompt."""
     return [
-        (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts)) for g in groups
+        (g.rollouts[0].problem_idx, sum(bool(x.acc) for x in g.rollouts), len(g.rollouts))
+        for g in groups
+        if not is_void(g)
     ]
+
+
+def is_void(group: PromptGroup) -> bool:
+    """The group has a `void` trajectory (the sandbox failed under one of its tool calls)."""
+    return any(x.void for x in group.rollouts)
+
+
+def void_hint(void_groups: int) -> str:
+    """What a dynamic-sampling exhaustion message adds when the sandbox voided groups (none: nothing)."""
+    if not void_groups:
+        return ""
+    return (
+        f" {void_groups} of the dropped groups were void: the sandbox failed under a tool call (tool/"
+        "sandbox_error_rate), not the model; check the machine with `dapo sandbox -c 'print(1)'` or lower "
+        "episode.tool.num_workers."
+    )
 
 
 def _share_groups(kept: list[PromptGroup], ctx: DistContext) -> list[PromptGroup]:

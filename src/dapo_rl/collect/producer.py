@@ -33,7 +33,9 @@ from dapo_rl.collect.loop import (
     _usable_partial,
     filter_groups,
     group_outcomes,
+    is_void,
     round_params,
+    void_hint,
 )
 from dapo_rl.collect.prompt_policy import PromptPolicy
 from dapo_rl.collect.stats import GenerationSums
@@ -144,6 +146,7 @@ class RolloutProducer:
         self._gen_started: float | None = None
         self._report = _Report()
         self._rounds_since_batch = 0
+        self._void_since_batch = 0
         self._kept_total = 0
 
     # ----------------------------------------------------------------------------------------- trainer's side
@@ -254,7 +257,7 @@ class RolloutProducer:
                         f"generation rounds (algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches}; "
                         f"{fresh} groups queued): the other groups' responses were all right or all wrong. Raise "
                         "max_num_gen_batches (0 = unlimited) or data.gen_batch_size, or set algorithm.filter_groups."
-                        "on_exhausted=partial"
+                        "on_exhausted=partial." + void_hint(self._void_since_batch)
                     )
                 self.log(
                     f"dynamic sampling: {fresh}/{want} groups queued after {self._rounds_since_batch} rounds"
@@ -265,7 +268,7 @@ class RolloutProducer:
             # take will drop no longer count as fresh, so it does not idle through the update (review m1)
             self.learner_version = max(self.learner_version, policy_version + 1)
             self._exhausted = False
-            self._rounds_since_batch = 0
+            self._rounds_since_batch = self._void_since_batch = 0
             rep, self._report = self._report, _Report()
             queued = len(self.queue)
             self._cv.notify_all()  # room in the queue
@@ -306,6 +309,7 @@ class RolloutProducer:
             "queue": [[list(g.key), g.version, [x.state() for x in g.rollouts]] for g in self.queue.groups],
             "rounds_total": self.rounds_total,
             "rounds_since_batch": self._rounds_since_batch,
+            "void_since_batch": self._void_since_batch,
             "kept_total": self._kept_total,
             "exhausted": self._exhausted,
             "report": asdict(self._report),
@@ -319,6 +323,7 @@ class RolloutProducer:
         )
         self.rounds_total = int(state.get("rounds_total", 0))
         self._rounds_since_batch = int(state.get("rounds_since_batch", 0))
+        self._void_since_batch = int(state.get("void_since_batch", 0))
         self._kept_total = int(state.get("kept_total", 0))
         self._exhausted = bool(state.get("exhausted", False))
         report = dict(state.get("report", {}))
@@ -442,6 +447,9 @@ class RolloutProducer:
             self._kept_total += len(kept)
             self._rounds_since_batch = (
                 0 if self._kept_total // want > before else self._rounds_since_batch + 1
+            )
+            self._void_since_batch = (
+                0 if self._rounds_since_batch == 0 else self._void_since_batch + sum(map(is_void, groups))
             )
             if fg.max_num_gen_batches > 0 and self._rounds_since_batch >= fg.max_num_gen_batches:
                 self._exhausted = True

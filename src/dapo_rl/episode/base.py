@@ -166,16 +166,43 @@ def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = No
         raise
 
 
-def eval_episode_config(name: str, max_tool_calls: int | None, served: bool):
+def trained_episode(model: str):
+    """The `episode:` section of the training run that saved `model`: `(section, its config.yaml)` for a
+    checkpoint's model directory (`<run>/checkpoints/global_step_N/model`) whose run directory holds the
+    `config.yaml` `dapo train` writes; None for any other model, or a `config.yaml` that no longer loads."""
+    from pathlib import Path
+
+    from dapo_rl.config import ConfigError, load_config
+
+    p = Path(model)
+    saved = p.parent.parent.parent / "config.yaml"
+    if p.name != "model" or p.parent.parent.name != "checkpoints" or not saved.is_file():
+        return None
+    try:
+        return load_config(saved).episode, saved
+    except ConfigError:
+        return None
+
+
+def eval_episode_config(name: str | None, max_tool_calls: int | None, served: bool, trained=None):
     """The `episode:` section `dapo eval` sets from `--episode` (`name`) and `--max-tool-calls`, checked.
+
+    `trained` is the section the model was trained with (`trained_episode`), or None. `name` None (no
+    `--episode`) takes the trained episode, else `single_turn`; the trained episode's settings (the tool's call
+    budget, output budget, limits and tags) stand for the same name, so a checkpoint is evaluated as it was
+    trained, and `--max-tool-calls` overrides the budget.
 
     Raises:
         ConfigError: a bad name, a tool flag without the tool, or the tool with a served model (its responses come
             as text, not token ids the tool loop can continue).
     """
+    import copy
+
     from dapo_rl.config import ConfigError, EpisodeConfig
 
-    episode = EpisodeConfig(name=name)
+    if name is None:
+        name = trained.name if trained is not None else "single_turn"
+    episode = copy.deepcopy(trained) if trained is not None and trained.name == name else EpisodeConfig(name=name)
     if max_tool_calls is not None:
         if name != "tool":
             raise ConfigError("--max-tool-calls is for --episode tool")
