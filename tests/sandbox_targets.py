@@ -1,10 +1,30 @@
 """Targets for the sandbox's worker-pool tests (`tests/test_sandbox_workers.py`): importable top-level functions, so
-that the fork server's children can unpickle them by reference. Nothing here is about rewards."""
+that the fork server's children can unpickle them by reference; and `threads_named`, which the program-sandbox
+tests use to find a confined program from outside. Nothing here is about rewards."""
 
 import os
 import sys
 import time
 from fractions import Fraction
+from pathlib import Path
+
+
+def threads_named(name: str) -> list[str]:
+    """The /proc/<pid>/task/<tid> of every thread on the machine whose name (comm) is `name` (a program in the
+    sandbox names itself with `prctl(PR_SET_NAME)` so that a test can find it)."""
+    hits = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == name:
+                    hits.append(f"/proc/{pid}/task/{tid}")
+            except OSError:
+                continue
+    return hits
 
 
 def act(item, options):

@@ -258,7 +258,9 @@ def test_dapo_eval_with_the_tool_episode(model_dir, tmp_path, capsys):
     assert (summary["tool_used_rate"], summary["tool_calls_mean"]) == (0.0, 0.0)
     settings = json.loads((out / "eval_config.json").read_text())
     assert (settings["episode"], settings["episode_tool"]["max_calls"]) == ("tool", 2)
-    assert settings["episode_tool"]["max_output_tokens"] == 256 and "num_workers" not in settings["episode_tool"]
+    assert (
+        settings["episode_tool"]["max_output_tokens"] == 256 and "num_workers" not in settings["episode_tool"]
+    )
     plain = tmp_path / "plain"
     assert main([*argv, "--output", str(plain)]) == 0
     assert "episode" not in json.loads(
@@ -277,18 +279,21 @@ def test_dapo_eval_with_the_tool_episode(model_dir, tmp_path, capsys):
     assert "--episode='nope' is not one of single_turn, tool" in capsys.readouterr().err
 
 
-def test_dapo_eval_takes_a_checkpoints_tool_settings_from_its_run(model_dir, tmp_path, capsys):
+def test_dapo_eval_takes_a_checkpoints_tool_settings_from_its_run(model_dir, tmp_path, capsys, monkeypatch):
     """A checkpoint of a tool run (`<run>/checkpoints/global_step_N/model` beside the run's config.yaml) is
     evaluated with the episode and the tool settings it was trained with, unless a flag says otherwise."""
     import shutil
 
-    from dapo_rl.config import load_config, to_yaml
+    from dapo_rl.config import ConfigError, load_config, to_yaml
+    from dapo_rl.episode.base import trained_episode
 
     run = tmp_path / "run"
     model = run / "checkpoints" / "global_step_3" / "model"
     shutil.copytree(model_dir, model)
     trained = ["episode.name=tool", "episode.tool.max_calls=3", "episode.tool.max_output_tokens=40"]
-    (run / "config.yaml").write_text(to_yaml(load_config("tiny_chain_sum", [*trained, "episode.tool.call_end=</py>"])))
+    (run / "config.yaml").write_text(
+        to_yaml(load_config("tiny_chain_sum", [*trained, "episode.tool.call_end=</py>"]))
+    )
     data = tmp_path / "mini.jsonl"
     data.write_text(json.dumps({"problem": "1 + 1 =", "answer": "2"}) + "\n")
     argv = ["eval", "--model", str(model), "--data", str(data), "--n", "2", "--max-tokens", "8"]
@@ -303,3 +308,25 @@ def test_dapo_eval_takes_a_checkpoints_tool_settings_from_its_run(model_dir, tmp
     assert main([*argv, "--episode", "single_turn", "--output", str(tmp_path / "c")]) == 0
     assert "episode" not in json.loads((tmp_path / "c" / "eval_config.json").read_text())
     assert "tool_calls" not in json.loads((tmp_path / "c" / "generations.jsonl").read_text().splitlines()[0])
+    capsys.readouterr()
+    # the tool run's output is not taken for a run without the tool, nor the reverse
+    assert main([*argv, "--episode", "single_turn", "--output", str(tmp_path / "a")]) == 2
+    assert "other settings (episode, episode_tool)" in capsys.readouterr().err
+    assert main([*argv, "--output", str(tmp_path / "c")]) == 2
+    # a relative path from the checkpoint's directory finds the run too
+    monkeypatch.chdir(model.parent)
+    assert main([*argv[:2], "model", *argv[3:], "--output", str(tmp_path / "d")]) == 0
+    assert json.loads((tmp_path / "d" / "eval_config.json").read_text())["episode"] == "tool"
+    # a config.yaml of an older version (a setting since removed) still gives its episode; a broken episode
+    # section is named, and --episode chooses past it
+    saved = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(saved + "retired_section: {x: 1}\n")
+    assert trained_episode(str(model))[0].tool.max_calls == 3
+    (run / "config.yaml").write_text(saved.replace("max_calls: 3", "max_calls: 0"))
+    with pytest.raises(ConfigError, match="cannot read the episode: section of .*config.yaml"):
+        trained_episode(str(model))
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "e")]) == 2
+    assert "choose the episode with --episode" in capsys.readouterr().err
+    assert main([*argv, "--episode", "single_turn", "--output", str(tmp_path / "e")]) == 0
+    assert trained_episode(str(model_dir)) is None  # not a checkpoint of a run

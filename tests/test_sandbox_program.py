@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_targets import threads_named
 
 from dapo_rl.cli import main
 from dapo_rl.sandbox import ProgramLimits, ProgramRunner, python_install_paths
@@ -40,23 +41,6 @@ def _descendants(pid: int) -> list[int]:
             found += kids
             stack += kids
     return found
-
-
-def _threads_named(name: str) -> list[str]:
-    """The /proc/<pid>/task/<tid> of every thread on the machine whose name (comm) is `name`."""
-    hits = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == name:
-                    hits.append(f"/proc/{pid}/task/{tid}")
-            except OSError:
-                pass
-    return hits
 
 
 def _stderr_last_line(r) -> str:
@@ -456,7 +440,7 @@ def test_a_hostile_program_is_contained_and_the_runner_goes_on(
     assert SECRET_VALUE not in r.stdout + r.stderr
     # contained: the template lives on, nothing of the program is left running, the next program runs
     assert runner.pids == [template] and _descendants(template) == [inner]
-    assert not _threads_named(ctx["marker"])
+    assert not threads_named(ctx["marker"])
     assert [(x.status, x.stdout) for x in runner.run(["print(1+1)"])] == [("ok", "2\n")]
 
 
@@ -495,9 +479,9 @@ def test_a_template_killed_from_outside_costs_its_call_a_sandbox_error_and_is_re
         assert [(x.status, x.stdout) for x in r.run(["print(3)"])] == [("ok", "3\n")]
         assert r.pids != [new]
         deadline = time.monotonic() + 5  # the orphaned program dies with its template (PDEATHSIG)
-        while _threads_named(marker) and time.monotonic() < deadline:
+        while threads_named(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _threads_named(marker)
+        assert not threads_named(marker)
 
 
 def test_results_come_back_in_input_order_from_both_templates():
@@ -657,9 +641,9 @@ def test_killing_the_template_mid_call_leaves_no_process_of_the_program():
         killer.join()
         assert res.status == "sandbox_error"
         deadline = time.monotonic() + 3
-        while _threads_named(marker) and time.monotonic() < deadline:
+        while threads_named(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _threads_named(marker) == []
+        assert threads_named(marker) == []
 
 
 def test_a_runner_started_in_a_thread_that_ended_keeps_its_templates():

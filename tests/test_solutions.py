@@ -63,6 +63,8 @@ def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
         load_config(None, ["sft.steps_fraction=1.5"])
     # settings added later keep the older embedded model's cache key when left at their defaults
     assert embedded_model_dir(load_config("tiny_chain_sum").sft).name == "tiny-chain_sum-35bf67648b14"
+    # the tool warm-up's key changed when it stopped training on the tool's output (2026-12-06)
+    assert embedded_model_dir(load_config("tiny_python_tool").sft).name == "tiny-chain_sum-d2966bf8807a"
     steps = load_config("tiny_chain_steps").sft
     assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(
         load_config("tiny_chain_sum").sft
@@ -140,7 +142,9 @@ def test_the_warm_up_does_not_train_on_the_tool_output_and_tokenizes_it_as_the_e
     from dapo_rl.sft import _padded_rows, target_ids
 
     tok = build_tiny_tokenizer()
-    sample = reasoning_gym_samples("chain_sum", 1, 5, {"min_terms": 2, "max_terms": 2, "min_digits": 4}, True)[0]
+    sample = reasoning_gym_samples(
+        "chain_sum", 1, 5, {"min_terms": 2, "max_terms": 2, "min_digits": 4}, True
+    )[0]
     trace = tool_trace(sample) + tok.eos_token
     ids, trained = target_ids(tok, trace)
     assert tok.decode(ids) == trace and ids[-1] == tok.eos_token_id
@@ -161,3 +165,52 @@ def test_the_warm_up_does_not_train_on_the_tool_output_and_tokenizes_it_as_the_e
     # a target without tool output: one piece, tokenized whole and trained on throughout
     plain = f"Answer: {sample.ground_truth}{tok.eos_token}"
     assert target_ids(tok, plain) == (enc(plain), [True] * len(enc(plain)))
+
+
+def test_tool_output_spans_join_back_and_micro_batches_keep_the_masked_gradient():
+    """The pieces join back to the text (two blocks, a block at the end, an opening tag directly followed by the
+    closing one), and `batch_backward` with a loss mask gives the same gradient in one pass and in micro-batches
+    (the divisor counts the trained tokens only)."""
+    from dataclasses import replace
+
+    import torch
+
+    from dapo_rl.data import render_prompt
+    from dapo_rl.data.solutions import tool_output_spans
+    from dapo_rl.sft import batch_backward, fresh_tiny_model, target_ids
+
+    block = "\n<interpreter>\n7\n\n</interpreter>\n"
+    for text in (f"a{block}b{block}c", f"a{block}", "x\n<interpreter>\n</interpreter>\ny", "plain"):
+        pieces = tool_output_spans(text)
+        assert "".join(p for p, _ in pieces) == text
+    assert [keep for _, keep in tool_output_spans(f"a{block}")] == [True, False, False, False]
+    assert tool_output_spans("x\n<interpreter>\n</interpreter>\ny") == [
+        (
+            "x\n<interpreter>\n</interpreter>\ny",
+            True,
+        )  # no newline of its own before the closing tag: no block
+    ]
+    cfg = load_config("tiny_python_tool").sft
+    model, tok = fresh_tiny_model(replace(cfg, hidden_size=64, num_heads=2, intermediate_size=128))
+    t = cfg.task
+    samples = reasoning_gym_samples(t.task, 48, t.seed, dict(t.params), t.strip_instruction)
+    comps = [c + tok.eos_token for c in sft_completions(samples, "tool_mixed", 0.5, 0)]
+    p_ids = tok([render_prompt(tok, s.prompt) for s in samples], add_special_tokens=False)["input_ids"]
+    c_ids, c_trained = map(list, zip(*(target_ids(tok, c) for c in comps)))
+    assert 0 < sum(not all(m) for m in c_trained) < 48  # tool traces and bare answers
+    idx = list(range(48))
+    grads, losses = [], []
+    for micro in (0, 16):
+        model.zero_grad(set_to_none=True)
+        losses.append(
+            batch_backward(model, idx, p_ids, c_ids, tok.pad_token_id, micro, c_trained=c_trained).item()
+        )
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    assert (grads[1] - grads[0]).abs().max().item() <= 1e-5 * grads[0].abs().max().item()
+    model.zero_grad(set_to_none=True)
+    batch_backward(
+        model, idx, p_ids, c_ids, tok.pad_token_id, 16
+    )  # no mask: the tool's output trained on too
+    unmasked = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert (unmasked - grads[0]).abs().max().item() > 1e-2 * grads[0].abs().max().item()

@@ -64,7 +64,8 @@ class CampoSchedule:
         Args:
             step: the step just taken (1-based, the run's count).
             clip_ratio: its `train/response_clip_ratio`.
-            length_mean: its `train/response_length_mean` (tokens).
+            length_mean: its mean response length in the context (tokens): `train/response_length_mean`, or with a
+                tool `tool/context_length_mean` (the model's and the tool's tokens, which the limit bounds).
 
         Returns:
             A one-line note of the transition, or None.

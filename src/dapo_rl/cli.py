@@ -701,10 +701,24 @@ def _reward_config(args):
 
 def _episode_config(args, served: bool):
     """`dapo eval`'s `episode:` section from its flags and the checkpoint's training run
-    (`dapo_rl.episode.eval_episode_config`)."""
+    (`dapo_rl.episode.base.eval_episode_config`)."""
+    from dapo_rl.config import ConfigError
     from dapo_rl.episode.base import eval_episode_config, trained_episode
 
-    trained = None if served else trained_episode(args.model)
+    try:
+        trained = trained_episode(args.model)
+    except ConfigError as e:
+        if args.episode is None:
+            raise ConfigError(f"{e}; choose the episode with --episode") from e
+        trained = None  # the flag chose
+    if served and trained is not None:
+        if trained[0].name != "single_turn" and args.episode is None:
+            print(
+                f"episode: single_turn (the model was trained with {trained[0].name}, {trained[1]}; a served "
+                "model answers in text)",
+                file=sys.stderr,
+            )
+        trained = None
     episode = eval_episode_config(args.episode, args.max_tool_calls, served, trained and trained[0])
     if trained is not None and trained[0].name == episode.name != "single_turn":
         print(f"episode: {episode.name}, as the model was trained ({trained[1]})", file=sys.stderr)
@@ -790,6 +804,9 @@ def _eval(args) -> int:
     if cfg_path.exists():
         old = json.loads(cfg_path.read_text())
         diff = [k for k in settings if old.get(k) != settings[k]]
+        diff += [
+            k for k in ("episode", "episode_tool") if k in old and k not in settings
+        ]  # a tool run's output
         if diff:
             raise ConfigError(
                 f"{out} holds an evaluation with other settings ({', '.join(diff)}); choose another --output"

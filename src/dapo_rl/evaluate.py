@@ -117,7 +117,7 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
     """Metrics of one dataset from its scored rollouts.
 
     Args:
-        records: `Rollout`s (`problem_idx`, `sample_idx`, `acc`, `pred`, `response_length`, `finish_reason` are
+        records: `Rollout`s (`problem_idx`, `sample_idx`, `acc`, `pred`, `model_length`, `finish_reason` are
             read); every problem must have samples 0..n-1.
         n: samples per problem.
 

@@ -919,9 +919,8 @@ class Trainer:
                 self.gen_samples_total += int(row["train/gen_samples"])
                 row["train/gen_samples_total"] = self.gen_samples_total
                 if self.campo is not None and "train/response_clip_ratio" in row:  # a step that sampled
-                    note = self.campo.observe(
-                        self.step, row["train/response_clip_ratio"], row["train/response_length_mean"]
-                    )
+                    length = row.get("tool/context_length_mean", row["train/response_length_mean"])
+                    note = self.campo.observe(self.step, row["train/response_clip_ratio"], length)
                     if note:
                         write(note)
                         self._apply_stage()

@@ -287,18 +287,25 @@ def test_the_overlong_penalty_and_the_length_metrics_count_the_models_tokens(tok
 
 
 def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok, data):
-    """Both calls of a group are running when their sandbox templates are killed from outside (a real sandbox
-    failure, not the program's): the group is void, the filter drops it, a prompt policy does not learn from it,
+    """Both calls of a group are running (each has named itself) when their sandbox templates are killed from
+    outside (a real sandbox failure, not the program's): the group is void, the filter drops it, a prompt policy does not learn from it,
     and the exhaustion message says the sandbox, not the model, emptied the round."""
     import os
     import signal
     import threading
+    import time
+
+    from sandbox_targets import threads_named
 
     from dapo_rl.collect import DynamicSamplingExhausted, collect_batch
     from dapo_rl.collect.loop import group_outcomes
     from dapo_rl.data import EpochSampler
 
-    engine = Scripted(["<code>import time\ntime.sleep(4)\nprint(42)</code>", "Answer: 42"])
+    marker = "dapo-void-call"
+    program = (
+        f"import ctypes, time\nctypes.CDLL(None).prctl(15, {marker!r}.encode())\ntime.sleep(30)\nprint(42)"
+    )
+    engine = Scripted([f"<code>{program}</code>", "Answer: 42"])
     cfg = _cfg(
         "data.train_batch_size=1",
         "actor.ppo_mini_batch_size=1",
@@ -308,13 +315,23 @@ def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok,
         "episode.tool.num_workers=2",
         "algorithm.filter_groups.max_num_gen_batches=1",
     )
+
+    def kill_when_both_run(pids):  # both programs have named themselves: they run, under these templates
+        deadline = time.monotonic() + 60
+        while len(threads_named(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for p in pids:
+            os.kill(p, signal.SIGKILL)
+
     with build_episode(cfg, tok) as episode:
-        pids = episode.runner.pids
-        killer = threading.Timer(1.0, lambda: [os.kill(p, signal.SIGKILL) for p in pids])
+        killer = threading.Thread(target=kill_when_both_run, args=(episode.runner.pids,))
         killer.start()
-        with pytest.raises(DynamicSamplingExhausted, match="1 of the dropped groups were void: the sandbox failed"):
+        with pytest.raises(
+            DynamicSamplingExhausted, match="1 dropped group was void, whatever the answers: the"
+        ):
             collect_batch(engine, episode, EpochSampler(len(data), shuffle=False), data, cfg, step=1)
         killer.join()
+        engine.turns[0] = "<code>print(42)</code>"
         [[a, b]], _ = episode.sample(engine, data, [1], SamplingParams(n=2, max_tokens=200))
     assert (a.tool_calls, b.tool_calls) == (["ok"], ["ok"])  # fresh templates took the killed ones' place
     void = PromptGroup((1, 0), [replace(a, tool_calls=["sandbox_error"]), b])

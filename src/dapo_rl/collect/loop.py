@@ -115,9 +115,12 @@ def collect_batch(
         if policy.needs_outcomes:
             # a collective: a rank that drew no prompt this round (gen_batch_size < world size) joins with nothing
             outcomes = [o for part in all_gather_objects(group_outcomes(groups), ctx) for o in part]
-        void_groups += sum(map(is_void, groups))
-        round_kept, total_fresh, total_void = all_reduce([len(kept) - kept_before, len(kept), void_groups], ctx)
-        policy.record(len(indices), int(round_kept), outcomes)
+        round_void = sum(map(is_void, groups))
+        void_groups += round_void
+        round_kept, total_fresh, total_void, round_void = all_reduce(
+            [len(kept) - kept_before, len(kept), void_groups, round_void], ctx
+        )
+        policy.record(len(indices) - int(round_void), int(round_kept), outcomes)
         total_kept = len(carried) + int(total_fresh)
         if total_kept >= want:
             break
@@ -125,7 +128,8 @@ def collect_batch(
             usable = _usable_partial(total_kept, r.n, ctx.world_size)
             if fg.on_exhausted == "partial" and usable:
                 log(
-                    f"step {step}: dynamic sampling kept {total_kept}/{want} groups; training on {usable} of them"
+                    f"step {step}: dynamic sampling kept {total_kept}/{want} groups; training on {usable} of them."
+                    + void_hint(int(total_void))
                 )
                 want = usable
                 break
@@ -209,9 +213,10 @@ def void_hint(void_groups: int) -> str:
     """What a dynamic-sampling exhaustion message adds when the sandbox voided groups (none: nothing)."""
     if not void_groups:
         return ""
+    were = "group was" if void_groups == 1 else "groups were"
     return (
-        f" {void_groups} of the dropped groups were void: the sandbox failed under a tool call (tool/"
-        "sandbox_error_rate), not the model; check the machine with `dapo sandbox -c 'print(1)'` or lower "
+        f" {void_groups} dropped {were} void, whatever the answers: the sandbox failed under a tool call "
+        "(tool/sandbox_error_rate), not the model; check the machine with `dapo sandbox -c 'print(1)'` or lower "
         "episode.tool.num_workers."
     )
 

@@ -260,7 +260,8 @@ class RolloutProducer:
                         "on_exhausted=partial." + void_hint(self._void_since_batch)
                     )
                 self.log(
-                    f"dynamic sampling: {fresh}/{want} groups queued after {self._rounds_since_batch} rounds"
+                    f"dynamic sampling: {fresh}/{want} groups queued after {self._rounds_since_batch} rounds."
+                    + void_hint(self._void_since_batch)
                 )
                 want = usable
             batch, dropped = self.queue.take(want, policy_version)
@@ -429,7 +430,9 @@ class RolloutProducer:
         groups = [PromptGroup((self.rounds_total, p), g, version=version) for p, g in enumerate(sampled)]
         kept, filtered = filter_groups(groups, fg)
         self.policy.record(
-            len(indices), len(kept), group_outcomes(groups) if self.policy.needs_outcomes else []
+            len(indices) - sum(map(is_void, groups)),
+            len(kept),
+            group_outcomes(groups) if self.policy.needs_outcomes else [],
         )
         sums = GenerationSums.of(groups, filtered)
         with self._cv:

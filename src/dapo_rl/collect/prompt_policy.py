@@ -80,10 +80,11 @@ class PromptPolicy:
         """Note what a round gave, on every rank alike.
 
         Args:
-            drawn: prompts the round drew (all ranks).
+            drawn: prompts the round drew (all ranks), less those whose group the sandbox voided (their outcome
+                is the sandbox's, `dapo_rl.collect.loop.is_void`).
             kept: groups of the round that dynamic sampling kept (all ranks).
             outcomes: with `needs_outcomes`, `(prompt index, correct responses, responses)` of every group sampled in
-                the round on all ranks, in rank order; otherwise empty.
+                the round on all ranks but the void ones, in rank order; otherwise empty.
         """
         if drawn:
             rate = kept / drawn

@@ -70,7 +70,8 @@ class GenerationSums:
     tool_void: float = 0.0
     tool_turns: float = 0.0
     model_tokens: float = 0.0
-    """The model's own response tokens (`Rollout.model_length`); `tokens` counts a tool's too."""
+    """The model's own response tokens (`Rollout.model_length`); `tokens` counts a tool's too. (`sampled_tokens`
+    counts the same tokens where the engine returns log-probs; a served model's responses come without.)"""
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
@@ -129,14 +130,19 @@ class GenerationSums:
 
     @classmethod
     def from_state(cls, state: dict | list) -> GenerationSums:
-        """`state` read back (a checkpoint from before the `tool_*` sums lacks them: 0); a positional list too
+        """`state` read back (a checkpoint from before the `tool_*` sums lacks them: 0; from before `model_tokens`,
+        see the code); a positional list too
         (`as_list`'s, or an older checkpoint's: 14 values, 13 from before `refused`).
 
         Raises:
             ValueError: a positional list of another length.
         """
         if isinstance(state, dict):
-            return cls(**({"model_tokens": state.get("tokens", 0.0)} | state))  # before it: no tool, the same
+            # before `model_tokens`: the model's tokens are the sampled ones (a tool run's), else all of them
+            before = (
+                state.get("sampled_tokens") if state.get("tool_trajectories") else state.get("tokens", 0.0)
+            )
+            return cls(**({"model_tokens": before} | state))
         values = list(state)
         if len(values) == len(fields(cls)):
             return cls.from_list(values)
@@ -151,7 +157,7 @@ class GenerationSums:
         return out
 
     def stats(self, longest: int, rounds: int, total_kept: int, surplus_tokens: int = 0) -> dict:
-        """The step's logged statistics, given the longest response, the rounds, the groups kept and the tokens of
+        """The step's logged statistics, given the model's longest response (`Rollout.model_length`), the rounds, the groups kept and the tokens of
         kept groups dropped for lack of room (`surplus_tokens`). A step that generated nothing (its batch all
         carried groups) logs only the counts (`STEP_COUNTS`), so curves and CAMPO's saturation window see no zeros.
 
@@ -197,7 +203,7 @@ class GenerationSums:
         return {
             "tool/calls_per_trajectory": self.tool_calls / t,
             "tool/turns_mean": self.tool_turns / t,
-            "tool/context_length_mean": self.tokens / max(self.responses, 1.0),
+            "tool/context_length_mean": self.tokens / t,
             "tool/used_ratio": self.tool_used / t,
             "tool/code_error_rate": self.tool_code_errors / c,
             "tool/sandbox_error_rate": self.tool_sandbox_errors / c,

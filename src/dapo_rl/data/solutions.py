@@ -64,7 +64,7 @@ def tool_trace(sample: Sample, tags: tuple[str, str, str, str] = RETOOL_TAGS) ->
 def tool_output_spans(text: str, tags: tuple[str, str, str, str] = RETOOL_TAGS) -> list[tuple[str, bool]]:
     """`text` cut into `(segment, trained)` pieces: each tool output block the episode appends
     (`tool_output_text`: from the newline before the output's opening tag to the newline after its closing tag)
-    gives three pieces with `trained` False (the opening, the output, the closing; an empty output gives none),
+    gives three pieces with `trained` False (the opening, the output, the closing),
     the model's text around them pieces with `trained` True. The pieces join back to `text`; a text without output
     blocks is one trained piece.
 
@@ -76,7 +76,7 @@ def tool_output_spans(text: str, tags: tuple[str, str, str, str] = RETOOL_TAGS) 
     tail = f"\n{tags[3]}\n"
     pieces: list[tuple[str, bool]] = []
     at = 0
-    while (start := text.find(head, at)) >= 0 and (end := text.find(tail, start + len(head) - 1)) >= 0:
+    while (start := text.find(head, at)) >= 0 and (end := text.find(tail, start + len(head))) >= 0:
         if start > at:
             pieces.append((text[at:start], True))
         body = text[start + len(head) : end]

@@ -168,20 +168,33 @@ def build_episode(cfg: Config, tokenizer, log: Callable[[str], None] | None = No
 
 def trained_episode(model: str):
     """The `episode:` section of the training run that saved `model`: `(section, its config.yaml)` for a
-    checkpoint's model directory (`<run>/checkpoints/global_step_N/model`) whose run directory holds the
-    `config.yaml` `dapo train` writes; None for any other model, or a `config.yaml` that no longer loads."""
+    checkpoint's model directory (`<run>/checkpoints/global_step_N/model`, relative or absolute) whose run
+    directory holds the `config.yaml` `dapo train` writes; None for any other model. Only the `episode:` section is
+    read, so a run of an older version (a setting since removed) still gives it.
+
+    Raises:
+        ConfigError: the `config.yaml` is there but its `episode:` section cannot be read or is invalid (named).
+    """
     from pathlib import Path
 
-    from dapo_rl.config import ConfigError, load_config
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    p = Path(model)
+    from dapo_rl.config import ConfigError, EpisodeConfig
+
+    p = Path(model).absolute()
     saved = p.parent.parent.parent / "config.yaml"
     if p.name != "model" or p.parent.parent.name != "checkpoints" or not saved.is_file():
         return None
     try:
-        return load_config(saved).episode, saved
-    except ConfigError:
-        return None
+        section = (OmegaConf.to_container(OmegaConf.load(saved)) or {}).get("episode") or {}
+        episode = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EpisodeConfig), section))
+        episode.check()
+    except (OSError, OmegaConfBaseException, ValueError, AttributeError, ConfigError) as e:
+        raise ConfigError(
+            f"cannot read the episode: section of {saved} (the model's training run): {e}"
+        ) from e
+    return episode, saved
 
 
 def eval_episode_config(name: str | None, max_tool_calls: int | None, served: bool, trained=None):
@@ -202,7 +215,9 @@ def eval_episode_config(name: str | None, max_tool_calls: int | None, served: bo
 
     if name is None:
         name = trained.name if trained is not None else "single_turn"
-    episode = copy.deepcopy(trained) if trained is not None and trained.name == name else EpisodeConfig(name=name)
+    episode = (
+        copy.deepcopy(trained) if trained is not None and trained.name == name else EpisodeConfig(name=name)
+    )
     if max_tool_calls is not None:
         if name != "tool":
             raise ConfigError("--max-tool-calls is for --episode tool")

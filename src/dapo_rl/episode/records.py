@@ -108,7 +108,11 @@ class Rollout:
 
     def to_record(self, dataset: str) -> dict:
         """The JSON line `dapo eval` writes to generations.jsonl (`tool_calls` only from a tool episode)."""
-        tool = {} if self.tool_calls is None else {"tool_calls": self.tool_calls, "model_length": self.model_length}
+        tool = (
+            {}
+            if self.tool_calls is None
+            else {"tool_calls": self.tool_calls, "model_length": self.model_length}
+        )
         return tool | {
             "dataset": dataset,
             "problem_idx": self.problem_idx,

@@ -11,8 +11,8 @@ ids and the tool's ids (never a decode and re-encode of the model's tokens, whic
 #5224, verl #6719).
 
 The verifier reads the model's own text (its tokens, the tool's left out: `Rollout.model_ids`). Every token, the
-model's and the tool's, counts against `max_tokens` (`data.max_response_length`) and the overlong penalty
-(`dapo_rl.episode.records`). A malformed call (a closing tag with no code, an empty block, a call past the budget)
+model's and the tool's, fills the context `max_tokens` (`data.max_response_length`) bounds; the overlong penalty
+counts the model's tokens only (`dapo_rl.episode.records`). A malformed call (a closing tag with no code, an empty block, a call past the budget)
 gets an error message as its output, never a crash; a syntax error is the program's own error. A call the sandbox
 itself failed on (`sandbox_error`, not the program's fault) leaves its trajectory `void`: its group does not train
 (`dapo_rl.collect.loop.filter_groups`) and it is counted apart (`tool/sandbox_error_rate`), so an overloaded sandbox
