@@ -44,3 +44,41 @@ def test_lines_labels_and_axes_by_hand(tmp_path):
     assert main(["plot", str(a), str(b), "--out", str(out), "--x", "samples"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
     assert main(["plot", str(a), str(tmp_path), "--out", str(out)]) == 2  # not a run directory
+
+
+def _png_size(path):
+    """(width, height) in pixels, from the PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_a_tool_run_gets_a_tool_row_in_the_training_figure(tmp_path):
+    from dapo_rl.plotting import plot_training_dynamics, tool_panel_series
+
+    rows = [
+        {"step": 0, "val/chain_sum/acc": 0.118},
+        {"step": 1, "train/acc_mean": 0.1, "tool/used_ratio": 0.525, "tool/calls_per_trajectory": 0.6,
+         "tool/code_error_rate": 0.25, "tool/sandbox_error_rate": 0.0},
+        {"step": 2, "train/acc_mean": 0.2, "tool/used_ratio": 0.75, "tool/calls_per_trajectory": 0.9,
+         "tool/code_error_rate": 0.125, "tool/sandbox_error_rate": 0.0, "tool/timeout_rate": 0.5},
+    ]  # fmt: skip
+    assert tool_panel_series(rows) == [
+        [("share that called the tool", [1, 2], [0.525, 0.75]), ("calls per response", [1, 2], [0.6, 0.9])],
+        [
+            ("code error", [1, 2], [0.25, 0.125]),
+            ("timeout", [2], [0.5]),
+            ("sandbox error", [1, 2], [0.0, 0.0]),
+        ],
+    ]
+    assert tool_panel_series([{"step": 1, "train/acc_mean": 0.1}]) == []
+    tool = _run(tmp_path / "tool", rows)
+    plain = _run(
+        tmp_path / "plain", [{k: v for k, v in r.items() if not k.startswith("tool/")} for r in rows]
+    )
+    w_tool, h_tool = _png_size(plot_training_dynamics(tool / "metrics.jsonl", tool / "fig.png"))
+    w_plain, h_plain = _png_size(plot_training_dynamics(plain / "metrics.jsonl", plain / "fig.png"))
+    assert (w_tool, w_plain) == (1100, 1100) and (h_plain, h_tool) == (
+        1100,
+        1450,
+    )  # 11 x 11 in, + 3.5 in, 100 dpi

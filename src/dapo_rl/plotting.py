@@ -28,7 +28,8 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
     """Draw the paper's training dynamics against the step, one panel each: reward and accuracy, response length
     and truncation rate, entropy, mean probability of the generated tokens (Fig. 7), the share of groups whose
     responses were all correct / all wrong (Fig. 3b), and validation accuracy; dashed lines where a CAMPO stage
-    begins. A quantity the run did not log leaves its panel empty.
+    begins. A quantity the run did not log leaves its panel empty. A run that logged `tool/*` metrics (a tool
+    episode, `dapo_rl.episode.tool`) gets a fourth row: `TOOL_PANELS`.
 
     Args:
         metrics_path: a run's `metrics.jsonl`.
@@ -48,7 +49,10 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
         pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    fig, axes = plt.subplots(3, 2, figsize=(11, 11), sharex=True)
+    tools = tool_panel_series(rows)
+    fig, axes = plt.subplots(
+        3 + bool(tools), 2, figsize=(11, 11 + 3.5 * bool(tools)), sharex=True, squeeze=False
+    )
     ax = axes[0, 0]
     ax.plot(*series("train/reward_mean"), label="reward (shaped score)")
     ax.plot(*series("train/acc_mean"), label="accuracy")
@@ -83,6 +87,14 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
     ax.set_title("Validation accuracy")
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
+    for ax, ((title, ylim, _), lines) in zip(axes[3] if tools else (), zip(TOOL_PANELS, tools)):
+        for label, xs, ys in lines:
+            ax.plot(xs, ys, label=label)
+        ax.set_title(title)
+        if ylim:
+            ax.set_ylim(0, 1)
+        if lines:
+            ax.legend()
     starts = stage_starts(rows)
     for a in axes.flat:
         _step_axis(a)
@@ -95,6 +107,47 @@ def plot_training_dynamics(metrics_path: str | Path, out_path: str | Path) -> Pa
     for a in axes[:-1].flat:  # one x axis for all panels: labelled once, at the bottom
         a.set_xlabel("")
     return _save(fig, out_path)
+
+
+TOOL_PANELS = (
+    (
+        "Tool use (training responses)",
+        False,
+        (
+            ("tool/used_ratio", "share that called the tool"),
+            ("tool/calls_per_trajectory", "calls per response"),
+        ),
+    ),
+    (
+        "Tool calls that failed (share of calls); void responses",
+        True,
+        (
+            ("tool/code_error_rate", "code error"),
+            ("tool/timeout_rate", "timeout"),
+            ("tool/truncated_rate", "output truncated"),
+            ("tool/sandbox_error_rate", "sandbox error"),
+            ("tool/void_ratio", "void (share of responses)"),
+        ),
+    ),
+)
+"""The tool row of `plot_training_dynamics`: per panel its title, whether the y axis is [0, 1], and its
+`(metric key, legend)` lines (docs/metrics.md, "Tool episodes")."""
+
+
+def tool_panel_series(rows: list[dict]) -> list[list[tuple[str, list, list]]]:
+    """The lines of the tool row, per `TOOL_PANELS` panel `(legend, steps, values)` for each metric the run logged;
+    `[]` when it logged no `tool/*` metric (no tool row)."""
+    if not any(k.startswith("tool/") for r in rows for k in r):
+        return []
+    out = []
+    for _, _, keys in TOOL_PANELS:
+        lines = []
+        for key, label in keys:
+            pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            if pts:
+                lines.append((label, [p[0] for p in pts], [p[1] for p in pts]))
+        out.append(lines)
+    return out
 
 
 COMPARE_PANELS = (
