@@ -87,6 +87,26 @@ def test_grpo_recipe_is_table_1_first_row():
     )
 
 
+def test_retool_recipe_numbers_by_hand():
+    cfg = load_config("retool_qwen2.5_32b")
+    assert (cfg.episode.name, cfg.episode.tool.max_calls, cfg.episode.tool.timeout_s) == ("tool", 8, 30.0)
+    assert (cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high, cfg.algorithm.clip_ratio_c) == (
+        0.2,
+        0.28,
+        10.0,
+    )
+    assert not cfg.algorithm.filter_groups.enable and cfg.rollout.tensor_model_parallel_size == 1
+    plan = plan_recipe(cfg)
+    b, mem = plan["batch"], plan["memory"]
+    assert plan["hardware"]["world_size"] == 64
+    assert b["optimizer_steps_per_step"] == 512 // 64 == 8
+    assert b["tokens_per_micro_batch"] == 2048 + 16384
+    assert mem["params"] == QWEN25_32B_PARAMS * 4 // 64 and mem["optimizer"] == QWEN25_32B_PARAMS * 8 // 64
+    assert mem["engine"] == int(0.85 * 80 * GIB)
+    assert mem["peak"] == mem["rollout_phase"] == mem["params"] + mem["optimizer"] + mem["engine"]
+    assert round(mem["peak"] / GIB, 2) == 73.72 and mem["fits"] is True
+
+
 def test_a_smaller_gpu_changes_the_verdict():
     cfg = load_config("dapo_qwen2.5_32b")
     assert plan_recipe(cfg, gpu_memory_gib=40)["memory"]["fits"] is False
