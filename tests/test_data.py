@@ -57,6 +57,22 @@ def test_answer_template_appends_one_line_once():
         apply_prompt_template(msgs, "answers")
 
 
+def test_tool_template_shows_a_call_exactly_as_the_tool_episode_runs_and_answers_it():
+    from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text
+    from dapo_rl.episode.tool import ToolFormat, extract_code
+
+    msgs = [{"role": "user", "content": "12 - 98 ="}]
+    out = apply_prompt_template(msgs, "tool")
+    text = out[0]["content"]
+    assert text.startswith("12 - 98 =\nYou can run Python: write a program between <code> and </code>")
+    assert text.endswith('Give the final answer on a last line of the form "Answer: <number>".')
+    # the worked call: the code the episode would run, and the output block it would append after it
+    call = text[text.index("<code>print") : text.index("</code>\n<interpreter>") + len("</code>")]
+    assert extract_code(call, ToolFormat()) == "print(23 + 45)"
+    assert call + tool_output_text("68\n", *RETOOL_TAGS[2:]) + "Answer: 68\n" in text
+    assert apply_prompt_template(out, "tool") == out  # already offers the tool
+
+
 def test_jsonl_rows_and_string_prompts(tmp_path):
     p = tmp_path / "d.jsonl"
     rows = [

@@ -798,7 +798,12 @@ def _eval(args) -> int:
         )
     }
     if episode_cfg.name != "single_turn":  # an older evaluation's settings stay comparable
-        tool = {k: v for k, v in dataclasses.asdict(episode_cfg.tool).items() if k != "num_workers"}
+        tool = {
+            k: v
+            for k, v in dataclasses.asdict(episode_cfg.tool).items()
+            if k != "num_workers"
+            and not (k == "format" and v == "tags")  # evaluations before `format` stay valid
+        }
         settings |= {"episode": episode_cfg.name, "episode_tool": tool}
     cfg_path = out / "eval_config.json"
     if cfg_path.exists():
@@ -830,6 +835,14 @@ def _eval(args) -> int:
                 ensure_embedded_model(load_config().sft, log=lambda m: print(m, file=sys.stderr))
             )
         tok = _local_tokenizer(args, model_path)
+    tools = None
+    if not served:
+        from dapo_rl.episode.chat_tools import prompt_tools
+
+        try:  # a tool run in the chat template's format: the prompts list the tool as in training
+            tools = prompt_tools(episode_cfg, tok)
+        except ValueError as e:
+            raise ConfigError(f"--episode tool: {e}") from e
     gen_path = out / "generations.jsonl"
     existing: dict[str, dict[int, list[Rollout]]] = {}
     if gen_path.exists():
@@ -842,7 +855,7 @@ def _eval(args) -> int:
         ds = (
             ChatPrompts(es.samples, es.name)
             if served
-            else PromptDataset(es.samples, tok, args.max_prompt_length, es.name)
+            else PromptDataset(es.samples, tok, args.max_prompt_length, es.name, tools)
         )
         done = {  # problems past --limit, finished by an earlier run, stay out of this summary
             p: rs for p, rs in existing.get(es.name, {}).items() if len(rs) == args.n and p < len(ds)

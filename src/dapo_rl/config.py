@@ -96,8 +96,9 @@ class DataConfig:
     prompt_template: str = "none"
     """`none`: prompts as given. `dapo`: wrap a bare problem in DAPO's "Answer:" template (prompts already wrapped
     are detected and left alone). `boxed`: ask for a \\boxed{} answer. `answer`: one short line asking for a last
-    "Answer: <number>" line (small chat models). Applied to files and reasoning-gym tasks alike
-    (`dapo_rl.data.templates`)."""
+    "Answer: <number>" line (small chat models). `tool`: that line after an offer of a Python tool in ReTool's tags
+    with one worked call, for `episode.name=tool` on chat models whose template defines no tool calls. Applied to
+    files and reasoning-gym tasks alike (`dapo_rl.data.templates`)."""
     max_prompt_length: int = 2048
     """Prompts longer than this many tokens (after the chat template) are dropped and counted, never truncated."""
     max_response_length: int = 20480
@@ -474,6 +475,10 @@ EPISODE_NAMES = ("single_turn", "tool")
 """The episode types `episode.name` accepts (`dapo_rl.episode.EPISODES`, the same names)."""
 
 
+TOOL_FORMATS = ("tags", "chat_template")
+"""`episode.tool.format` values."""
+
+
 @dataclass
 class ToolConfig:
     """`episode.name: tool`: multi-turn rollouts in which the model runs Python in the sandbox (ReTool, arXiv
@@ -491,6 +496,13 @@ class ToolConfig:
     """Address space of one program, MiB."""
     num_workers: int = 2
     """Sandbox processes running programs side by side (`dapo_rl.sandbox.ProgramRunner`)."""
+    format: str = "tags"
+    """How the model calls the tool. `tags`: ReTool's, code between `call_start` and `call_end`, the output between
+    `output_start` and `output_end` (any model; a chat model whose template defines no tools is told of it by its
+    prompt, `data.prompt_template=tool`). `chat_template`: the model's own chat template's tool calls
+    (`apply_chat_template(tools=...)`, Hermes-style `<tool_call>{"name": "code_interpreter", "arguments": {"code":
+    ...}}</tool_call>` as Qwen2.5's and Qwen3's templates write them), the output as the template renders a `tool`
+    message; the four tags below are then not used (`dapo_rl.episode.chat_tools`)."""
     call_start: str = RETOOL_TAGS[0]
     """Opens a call (ReTool's `<code>`); a Markdown fence inside it is unwrapped. The embedded warm-up's tool traces
     (`sft.completion=tool_mixed`) use ReTool's tags."""
@@ -516,6 +528,7 @@ class ToolConfig:
             raise ConfigError(
                 f"episode.tool.num_workers={self.num_workers} must be >= 1 and <= {MAX_REWARD_WORKERS}"
             )
+        _choice(self.format, TOOL_FORMATS, "episode.tool.format")
         for key in ("call_start", "call_end", "output_start", "output_end"):
             if not getattr(self, key).strip():
                 raise ConfigError(f"episode.tool.{key} is empty")

@@ -66,6 +66,7 @@ from dapo_rl.distributed import (
     launched_rank,
 )
 from dapo_rl.episode import build_episode
+from dapo_rl.episode.chat_tools import prompt_tools
 from dapo_rl.models.hf import load_tokenizer, model_context_length
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
 from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
@@ -526,11 +527,15 @@ class Trainer:
 
     def _setup_data(self) -> None:
         d = self.cfg.data
+        try:  # a tool in the chat template's format: every prompt lists it
+            self.prompt_tools = prompt_tools(self.cfg.episode, self.tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"episode: {e}") from e
         skipped: list[DataError] | None = [] if d.skip_invalid else None  # None: raise on a bad row
         if d.train_files:
             samples = [s for f in d.train_files for s in load_samples(f, d.prompt_template, skipped)]
             self.train_data = PromptDataset(
-                samples, self.tokenizer, d.max_prompt_length, Path(d.train_files[0]).stem
+                samples, self.tokenizer, d.max_prompt_length, Path(d.train_files[0]).stem, self.prompt_tools
             )
         else:
             self.train_data = self._reasoning_gym(d.train_reasoning_gym)
@@ -541,6 +546,7 @@ class Trainer:
                     self.tokenizer,
                     d.max_prompt_length,
                     Path(f).stem,
+                    self.prompt_tools,
                 )
                 for f in d.val_files
             ]
@@ -595,7 +601,9 @@ class Trainer:
         if template:
             for s in samples:
                 s.prompt = apply_prompt_template(s.prompt, self.cfg.data.prompt_template)
-        return PromptDataset(samples, self.tokenizer, self.cfg.data.max_prompt_length, rg.task)
+        return PromptDataset(
+            samples, self.tokenizer, self.cfg.data.max_prompt_length, rg.task, self.prompt_tools
+        )
 
     def _resume_from(self, ckpt: Path) -> None:
         state = load_checkpoint(ckpt, self.actor, self.ctx)

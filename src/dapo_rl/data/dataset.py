@@ -240,13 +240,18 @@ def reasoning_gym_samples(
     return out
 
 
-def render_prompt(tokenizer: Any, messages: list[dict]) -> str:
+def render_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> str:
     """The text the model sees before its response.
 
     A tokenizer with a chat template gets `apply_chat_template(..., add_generation_prompt=True)`; one without (the
     embedded tiny model) gets the message contents joined by blank lines and one newline after (`PromptDataset`
-    tokenizes it with the tokenizer's special tokens: a BOS where the tokenizer adds one).
+    tokenizes it with the tokenizer's special tokens: a BOS where the tokenizer adds one). `tools` (OpenAI function
+    schemas) go to the chat template, which lists them (`episode.tool.format=chat_template`).
     """
+    if tools:  # the template lists them (`dapo_rl.episode.chat_tools`, which checked it has a chat template)
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False
+        )
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return "\n\n".join(m["content"] for m in messages) + "\n"
@@ -271,16 +276,25 @@ class PromptDataset:
         num_dropped: how many samples were dropped for length.
         name: dataset name used in metric keys (`val/<name>/acc`).
 
+    `tools`: function schemas the chat template lists in every prompt (`render_prompt`).
+
     Raises:
         DataError: every prompt was dropped (the message gives the longest-kept limit to raise).
     """
 
-    def __init__(self, samples: list[Sample], tokenizer: Any, max_prompt_length: int, name: str):
+    def __init__(
+        self,
+        samples: list[Sample],
+        tokenizer: Any,
+        max_prompt_length: int,
+        name: str,
+        tools: list[dict] | None = None,
+    ):
         self.name = name
         self.samples: list[Sample] = []
         self.prompt_ids: list[list[int]] = []
         self.num_dropped = 0
-        encoded = encode_prompts(tokenizer, [render_prompt(tokenizer, s.prompt) for s in samples])
+        encoded = encode_prompts(tokenizer, [render_prompt(tokenizer, s.prompt, tools) for s in samples])
         shortest = None
         for s, ids in zip(samples, encoded):
             if len(ids) > max_prompt_length:

@@ -23,7 +23,15 @@ BOXED_SUFFIX = "\nPlease reason step by step, and put your final answer within \
 ANSWER_SUFFIX = '\nGive the final answer on a last line of the form "Answer: <number>".'
 """Appended to the last message by the `answer` template (unless it already asks for an "Answer:" line)."""
 
-TEMPLATES = ("none", "dapo", "boxed", "answer")
+TOOL_SUFFIX = (
+    "\nYou can run Python: write a program between <code> and </code>, and its output is shown between <interpreter>"
+    " and </interpreter>. For example, for 23 + 45 = write\n<code>print(23 + 45)</code>\n<interpreter>\n68\n\n"
+    '</interpreter>\nAnswer: 68\nGive the final answer on a last line of the form "Answer: <number>".'
+)
+"""Appended to the last message by the `tool` template (ReTool's default tags, `dapo_rl.data.solutions.RETOOL_TAGS`;
+with other `episode.tool` tags, write your own prompt)."""
+
+TEMPLATES = ("none", "dapo", "boxed", "answer", "tool")
 
 
 def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
@@ -33,8 +41,9 @@ def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
         messages: chat messages (`{"role", "content"}` dicts); not modified.
         template: `none` (return as is), `dapo` (DAPO's "Answer:" template; a message that already holds it, as
             the shared AIME 2024 parquet and DAPO's original data do, is left alone: never wrapped twice),
-            `boxed` (`BOXED_SUFFIX` appended to the last message unless it mentions \\boxed) or `answer`
-            (`ANSWER_SUFFIX` appended to the last message unless it mentions "Answer:").
+            `boxed` (`BOXED_SUFFIX` appended to the last message unless it mentions \\boxed), `answer`
+            (`ANSWER_SUFFIX` appended to the last message unless it mentions "Answer:") or `tool` (`TOOL_SUFFIX`
+            appended unless the message already names the `<code>` tag).
 
     Returns:
         A new list of messages.
@@ -44,11 +53,15 @@ def apply_prompt_template(messages: list[dict], template: str) -> list[dict]:
     """
     if template == "none":
         return messages
-    if template in ("boxed", "answer"):
+    if template in ("boxed", "answer", "tool"):
         content = messages[-1]["content"]
-        if ("\\boxed" if template == "boxed" else "Answer:") in content:
+        marker, suffix = {
+            "boxed": ("\\boxed", BOXED_SUFFIX),
+            "answer": ("Answer:", ANSWER_SUFFIX),
+            "tool": ("<code>", TOOL_SUFFIX),
+        }[template]
+        if marker in content:
             return messages
-        suffix = BOXED_SUFFIX if template == "boxed" else ANSWER_SUFFIX
         return [*messages[:-1], {**messages[-1], "content": content + suffix}]
     if template != "dapo":
         raise ValueError(f"unknown prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")

@@ -1,5 +1,6 @@
 """Tool-integrated episodes (ReTool, arXiv 2504.11536): the model writes Python, a sandbox runs it, the output comes
-back into the context, and the model goes on, for at most `episode.tool.max_calls` calls.
+back into the context, and the model goes on, for at most `episode.tool.max_calls` calls. The call and its output
+are written in ReTool's tags (`ToolFormat`) or in the model's chat-template format (`dapo_rl.episode.chat_tools`).
 
 One round is turn-synchronous over the live trajectories: turn 0 samples `n` responses per prompt in one
 `generate`; every later turn samples each live trajectory once more (`n` 1) from its prompt and everything so far.
@@ -58,6 +59,20 @@ class ToolFormat:
     call_end: str = RETOOL_TAGS[1]
     output_start: str = RETOOL_TAGS[2]
     output_end: str = RETOOL_TAGS[3]
+    output_head: str | None = None
+    """The text before an output (None: `tool_output_text`'s, from `output_start`); a chat template's
+    (`dapo_rl.episode.chat_tools.chat_tool_format`) closes the model's turn and opens the tool's."""
+    output_tail: str | None = None
+    """The text after an output (None: `tool_output_text`'s, from `output_end`)."""
+    json_calls: bool = False
+    """The call is Hermes-style JSON naming the tool (`dapo_rl.episode.chat_tools.parse_call`), not bare code."""
+
+    def around_output(self) -> tuple[str, str]:
+        """`(head, tail)`: the texts the episode appends before and after a call's output."""
+        if self.output_head is not None and self.output_tail is not None:
+            return self.output_head, self.output_tail
+        head, tail = tool_output_text("\0", self.output_start, self.output_end).split("\0")
+        return head, tail
 
 
 def extract_code(turn_text: str, fmt: ToolFormat) -> str | None:
@@ -71,6 +86,12 @@ def extract_code(turn_text: str, fmt: ToolFormat) -> str | None:
     if fmt.call_start not in body:
         return None
     code = body.rpartition(fmt.call_start)[2]
+    if fmt.json_calls:
+        from dapo_rl.episode.chat_tools import parse_call
+
+        code = parse_call(code)
+        if code is None:
+            return None
     m = _FENCE.match(code)
     if m:
         code = m.group(1)
@@ -171,7 +192,9 @@ class ToolEpisode(Episode):
         `reward.repetition_penalty` (`build_episode`).
 
         Raises:
-            ValueError: no tokenizer (a served model: its text cannot be continued token by token).
+            ValueError: no tokenizer (a served model: its text cannot be continued token by token);
+                `ChatTemplateError` (a ValueError) with `format=chat_template`, a chat template that cannot run the
+                tool (`dapo_rl.episode.chat_tools.chat_tool_format`).
         """
         from dapo_rl.sandbox import ProgramLimits, ProgramRunner
 
@@ -180,6 +203,14 @@ class ToolEpisode(Episode):
                 "episode.name=tool needs the model's tokenizer (a served model is not supported)"
             )
         t = cfg.episode.tool
+        if (
+            t.format == "chat_template"
+        ):  # read before the sandbox starts: a template it refuses leaves nothing running
+            from dapo_rl.episode.chat_tools import chat_tool_format
+
+            fmt = chat_tool_format(tokenizer)
+        else:
+            fmt = ToolFormat(t.call_start, t.call_end, t.output_start, t.output_end)
         runner = ProgramRunner(
             t.num_workers,
             ProgramLimits(wall_s=t.timeout_s, cpu_s=t.timeout_s, memory_bytes=t.memory_mib << 20),
@@ -194,7 +225,6 @@ class ToolEpisode(Episode):
             log=log,
             model_only=True,
         )
-        fmt = ToolFormat(t.call_start, t.call_end, t.output_start, t.output_end)
         return cls(scorer, runner, tokenizer, fmt, t.max_calls, t.max_output_tokens, t.timeout_s)
 
     # ------------------------------------------------------------------------------------------------ the loop
@@ -265,6 +295,10 @@ class ToolEpisode(Episode):
         for t, code in zip(live, codes):
             if code is None:
                 text = render_output(t.calls[-1], "", "", "", self.timeout_s, self.max_calls)
+                if self.fmt.json_calls and t.calls[-1] == "malformed":
+                    from dapo_rl.episode.chat_tools import MALFORMED_CALL
+
+                    text = MALFORMED_CALL
                 truncated = False
             else:
                 res = next(results)
@@ -282,7 +316,7 @@ class ToolEpisode(Episode):
     def _tags(self) -> tuple[list[int], list[int], list[int]]:
         """Token ids of the output's opening and closing (`tool_output_text`) and of the cut marker."""
         enc = self.tokenizer
-        head, tail = tool_output_text("\0", self.fmt.output_start, self.fmt.output_end).split("\0")
+        head, tail = self.fmt.around_output()
         return tuple(enc(x, add_special_tokens=False)["input_ids"] for x in (head, tail, CUT_MARK))
 
     def _output_ids(self, text: str, room: int) -> tuple[list[int], bool]:
