@@ -89,7 +89,8 @@ def test_grpo_recipe_is_table_1_first_row():
 
 def test_retool_recipe_numbers_by_hand():
     cfg = load_config("retool_qwen2.5_32b")
-    assert (cfg.episode.name, cfg.episode.tool.max_calls, cfg.episode.tool.timeout_s) == ("tool", 8, 30.0)
+    assert (cfg.episode.name, cfg.episode.tool.max_calls, cfg.episode.tool.timeout_s) == ("tool", 7, 30.0)
+    assert cfg.episode.tool.format == "chat_template"
     assert (cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high, cfg.algorithm.clip_ratio_c) == (
         0.2,
         0.28,

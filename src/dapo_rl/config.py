@@ -1381,6 +1381,19 @@ def validate_config(cfg: Config) -> None:
             "tensor-parallel engine must call generate together, and each rank's turn loop ends when its own "
             "trajectories do; use rollout.tensor_model_parallel_size=1 (one engine per GPU) for now"
         )
+    if cfg.episode.name == "tool" and cfg.episode.tool.format == "chat_template":
+        tags = [f"data.prompt_template={d.prompt_template}"] if d.prompt_template == "tool" else []
+        if cfg.model.path == "embedded" and cfg.sft.completion in (
+            "tool",
+            "tool_mixed",
+        ):  # its warm-up's traces
+            tags.append(f"sft.completion={cfg.sft.completion}")
+        if tags:
+            raise ConfigError(
+                f"episode.tool.format=chat_template with {' and '.join(tags)}: those write the tool in ReTool's "
+                "tags (<code>, <interpreter>), which this format does not read; use episode.tool.format=tags, or "
+                "leave the tool to the chat template"
+            )
     if r.n_gpus_per_node > 1 and at.max_staleness == 0:
         raise ConfigError(
             f"rollout.n_gpus_per_node={r.n_gpus_per_node} gives the rollout engines GPUs of their own, which only "

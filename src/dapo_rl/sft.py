@@ -87,7 +87,8 @@ def target_ids(tok, completion: str) -> tuple[list[int], list[bool]]:
     ids: list[int] = []
     trained: list[bool] = []
     for text, train in tool_output_spans(completion):
-        part = tok(text, add_special_tokens=False)["input_ids"]
+        # the tool's pieces as the episode encodes them: special-token spellings stay text
+        part = tok(text, add_special_tokens=False, split_special_tokens=not train)["input_ids"]
         ids += part
         trained += [train] * len(part)
     return ids, trained

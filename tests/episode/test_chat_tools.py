@@ -78,19 +78,76 @@ def test_templates_that_cannot_run_the_tool_are_refused():
         "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content if loop.last else '' }}"
         "{% if not loop.last %}(earlier){% endif %}",
     )
-    for template, why in [
-        (None, "has no chat template"),
-        (plain, "does not list tools"),
-        (rewrites, "is not append-only"),
+    # like Llama 3.1's: the tools listed, the calls bare JSON
+    bare_json = HERMES.replace("Call one as <tool_call>\n", "Call one as ").replace(
+        "<args-json-object>}\n</tool_call>", "<args-json-object>}"
+    )
+    raises = HERMES.replace(
+        "{% for c in m.tool_calls or [] %}", "{% for c in m.tool_calls or [] %}{{ c.id.x }}"
+    )
+    special = _tok(HERMES)
+    special.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    for tok, why in [
+        (_tok(None), "has no chat template"),
+        (_tok(plain), "lists no tools"),
+        (_tok(bare_json), "lists tools but does not ask for <tool_call> JSON calls"),
+        (_tok(rewrites), "is not append-only"),
+        (_tok(raises), "failed on a tool conversation"),
+        (special, "holds </tool_call> as a special token"),
     ]:
         with pytest.raises(ChatTemplateError, match=why):
-            chat_tool_format(_tok(template))
+            chat_tool_format(tok)
     cfg = load_config(None, ["episode.name=tool", "episode.tool.format=chat_template"])
-    with pytest.raises(ChatTemplateError, match="does not list tools"):
+    with pytest.raises(ChatTemplateError, match="lists no tools"):
         prompt_tools(cfg.episode, _tok(plain))
     assert prompt_tools(load_config(None, ["episode.name=tool"]).episode, _tok(plain)) is None
     with pytest.raises(ConfigError, match="episode.tool.format='hermes' is not one of tags, chat_template"):
         load_config(None, ["episode.name=tool", "episode.tool.format=hermes"])
+    with pytest.raises(
+        ConfigError, match="with data.prompt_template=tool: those write the tool in ReTool's tags"
+    ):
+        load_config(
+            None, ["episode.name=tool", "episode.tool.format=chat_template", "data.prompt_template=tool"]
+        )
+    with pytest.raises(ConfigError, match="with sft.completion=tool_mixed"):
+        load_config("tiny_python_tool", ["episode.tool.format=chat_template"])
+
+
+def test_a_template_that_writes_reasoning_is_read_with_a_reasoning_turn():
+    """Like Qwen3's: the last assistant turn gets an empty <think></think> when it has none, earlier ones do not,
+    so an empty probe turn reads as rewritten; with reasoning in it (as a thinking rollout has) it is append-only."""
+    thinks = HERMES.replace(
+        "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}",
+        "{% elif m.role == 'assistant' %}<|im_start|>assistant\n"
+        "{% if loop.last and '</think>' not in m.content %}<think>\n\n</think>\n\n{% endif %}{{ m.content }}",
+    )
+    assert thinks != HERMES
+    assert chat_tool_format(_tok(thinks)).around_output() == (HEAD, TAIL)
+
+
+def test_output_that_spells_special_tokens_stays_text_and_the_output_budget_covers_the_markers(tok):
+    """A program printing the tokenizer's eos or the template's turn markers gets those characters back, not the
+    special tokens; a max_output_tokens that the markers alone fill is refused."""
+    cfg = load_config(
+        None,
+        [
+            "episode.name=tool",
+            "episode.tool.format=chat_template",
+            "reward.num_workers=0",
+            "reward.name=math_dapo",
+        ],
+    )
+    with build_episode(cfg, tok) as episode:
+        ids, cut = episode._output_ids("<|endoftext|>", 256)
+    assert not cut and EOS not in ids
+    assert bytes(ids).decode() == HEAD + "<|endoftext|>" + TAIL
+    room = len(HEAD) + len(TAIL) + len("\n...\n")  # one byte a token
+    small = load_config(
+        None,
+        ["episode.name=tool", "episode.tool.format=chat_template", f"episode.tool.max_output_tokens={room}"],
+    )
+    with pytest.raises(ValueError, match=f"max_output_tokens={room} leaves no room .* take {room} tokens"):
+        build_episode(small, tok)
 
 
 def test_calls_are_read_as_json_and_never_run_as_code():

@@ -9,9 +9,10 @@ assistant turn opens). verl's ReTool recipe runs this format (`multi_turn.format
 The episode keeps its token-in/token-out loop (`dapo_rl.episode.tool`): the engine stops at `</tool_call>`, and what
 the template writes between the end of the call and the model's next words is appended as the tool's tokens (loss
 mask 0): `ToolFormat.output_head`, the program's output, `ToolFormat.output_tail`. Both are read off the template
-once, by rendering a conversation with and without a tool message; a template that rewrites earlier turns when one
-is added (not append-only: Qwen3's drops earlier reasoning) is refused, since the model's sampled tokens would no
-longer be a prefix of what it reads (verl #6921). The call is parsed with `json.loads` (data, never evaluated).
+once, by rendering a conversation with and without a tool message, so the template's own newlines stay (verl's
+agent loop lost the one after `<|im_end|>` at every tool turn until its PR #6921); a template that rewrites the
+turns before a tool message (not append-only) is refused. The call is parsed with `json.loads` (data, never
+evaluated).
 """
 
 from __future__ import annotations
@@ -56,13 +57,41 @@ class ChatTemplateError(ValueError):
 
 
 def _render(tokenizer: Any, messages: list[dict], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tools=[TOOL_SCHEMA], add_generation_prompt=generation_prompt, tokenize=False
-    )
+    name = getattr(tokenizer, "name_or_path", "") or "the model"
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tools=[TOOL_SCHEMA], add_generation_prompt=generation_prompt, tokenize=False
+        )
+    except Exception as e:  # a template's own raise_exception (jinja's TemplateError), a missing field
+        raise ChatTemplateError(
+            f"episode.tool.format=chat_template: {name}'s chat template failed on a tool conversation: {e}"
+        ) from e
+
+
+def _around_output(tokenizer: Any, content: str) -> tuple[str, str] | None:
+    """`(head, tail)` around a tool output, from a conversation whose assistant turn is `content` and one call; None
+    when adding the tool message rewrites what came before it (not append-only)."""
+    call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": "print(1)"}}}
+    asked = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": content, "tool_calls": [call]},
+    ]
+    before = _render(tokenizer, asked, False)
+    after = _render(tokenizer, [*asked, {"role": "tool", "name": TOOL_NAME, "content": _OUT}], True)
+    if not after.startswith(before) or after.count(_OUT) != 1 or CALL_END not in before:
+        return None
+    head, tail = after[len(before) :].split(_OUT)
+    close = before[before.rindex(CALL_END) + len(CALL_END) :]  # the template's end of the model's turn
+    return close + head, tail
 
 
 def chat_tool_format(tokenizer: Any) -> ToolFormat:
     """The tool format the tokenizer's chat template defines: the call tags and the text around a tool's output.
+
+    The texts are read from a conversation with one call, rendered without and with the tool's answer. Its
+    assistant turn is empty, or, for a template that writes reasoning (`</think>`), holds some: Qwen3's template
+    writes an empty `<think></think>` into the last assistant turn only, so an empty turn reads as rewritten once a
+    tool message follows it, while a turn with its reasoning (what a thinking rollout holds) does not.
 
     Returns:
         A `ToolFormat` with `call_start`/`call_end` `<tool_call>`/`</tool_call>`, `json_calls` True, and
@@ -71,35 +100,43 @@ def chat_tool_format(tokenizer: Any) -> ToolFormat:
         `"<|im_end|>\\n<|im_start|>user\\n<tool_response>\\n"` and `"\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n"`).
 
     Raises:
-        ChatTemplateError: no chat template; a template that does not list tools or ask for `<tool_call>` calls;
-            a template that is not append-only when a tool message is added.
+        ChatTemplateError: no chat template; a template that lists no tools, or whose calls are not `<tool_call>`
+            JSON (Llama 3.1's are bare JSON); a template that fails on a tool conversation, or is not append-only
+            when a tool message is added; call tags the tokenizer holds as special tokens (decoded away, the engine
+            would never see a call end).
     """
     name = getattr(tokenizer, "name_or_path", "") or "the model"
+    where = f"episode.tool.format=chat_template: {name}'s"
     if not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError(
-            f"episode.tool.format=chat_template: {name}'s tokenizer has no chat template; use "
-            "episode.tool.format=tags (ReTool's tags, offered by data.prompt_template=tool)"
+            f"{where} tokenizer has no chat template; use episode.tool.format=tags (ReTool's tags, offered by "
+            "data.prompt_template=tool)"
         )
-    user = [{"role": "user", "content": "Q"}]
-    listed = _render(tokenizer, user, True)
-    if TOOL_NAME not in listed or CALL_START not in listed:
+    listed = _render(tokenizer, [{"role": "user", "content": "Q"}], True)
+    if TOOL_NAME not in listed:
         raise ChatTemplateError(
-            f"episode.tool.format=chat_template: {name}'s chat template does not list tools or ask for "
-            f"{CALL_START} calls (Hermes-style JSON); use episode.tool.format=tags with data.prompt_template=tool"
+            f"{where} chat template lists no tools; use episode.tool.format=tags with data.prompt_template=tool"
         )
-    call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": "print(1)"}}}
-    asked = [*user, {"role": "assistant", "content": "", "tool_calls": [call]}]
-    before = _render(tokenizer, asked, False)
-    after = _render(tokenizer, [*asked, {"role": "tool", "name": TOOL_NAME, "content": _OUT}], True)
-    if not after.startswith(before) or after.count(_OUT) != 1 or CALL_END not in before:
+    if CALL_START not in listed:
         raise ChatTemplateError(
-            f"episode.tool.format=chat_template: {name}'s chat template is not append-only (adding a tool "
-            "message rewrites the turns before it), so the model's sampled tokens would not be a prefix of "
-            "its next input; use episode.tool.format=tags"
+            f"{where} chat template lists tools but does not ask for {CALL_START} JSON calls (Llama 3.1's, for one, "
+            "are bare JSON); use episode.tool.format=tags with data.prompt_template=tool"
         )
-    head, tail = after[len(before) :].split(_OUT)
-    close = before[before.rindex(CALL_END) + len(CALL_END) :]  # the template's end of the model's turn
-    return ToolFormat(CALL_START, CALL_END, output_head=close + head, output_tail=tail, json_calls=True)
+    around = _around_output(tokenizer, "")
+    if around is None and "</think>" in tokenizer.chat_template:
+        around = _around_output(tokenizer, "<think>\nreasoning\n</think>\n\n")
+    if around is None:
+        raise ChatTemplateError(
+            f"{where} chat template is not append-only (adding a tool message rewrites the turns before it), so "
+            "what the model was sampled on would not be what the template gives it; use episode.tool.format=tags"
+        )
+    ids = tokenizer(CALL_START + "{}" + CALL_END, add_special_tokens=False)["input_ids"]
+    if CALL_END not in tokenizer.decode(ids, skip_special_tokens=True):
+        raise ChatTemplateError(
+            f"{where} tokenizer holds {CALL_END} as a special token, which the engines decode away (skip_special_tokens):"
+            " a call's end would never be seen; use episode.tool.format=tags"
+        )
+    return ToolFormat(CALL_START, CALL_END, output_head=around[0], output_tail=around[1], json_calls=True)
 
 
 def parse_call(body: str) -> str | None:

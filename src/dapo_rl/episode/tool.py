@@ -194,7 +194,8 @@ class ToolEpisode(Episode):
         Raises:
             ValueError: no tokenizer (a served model: its text cannot be continued token by token);
                 `ChatTemplateError` (a ValueError) with `format=chat_template`, a chat template that cannot run the
-                tool (`dapo_rl.episode.chat_tools.chat_tool_format`).
+                tool (`dapo_rl.episode.chat_tools.chat_tool_format`); a `max_output_tokens` no larger than the texts
+                around an output and the cut mark.
         """
         from dapo_rl.sandbox import ProgramLimits, ProgramRunner
 
@@ -211,6 +212,15 @@ class ToolEpisode(Episode):
             fmt = chat_tool_format(tokenizer)
         else:
             fmt = ToolFormat(t.call_start, t.call_end, t.output_start, t.output_end)
+        room = sum(
+            len(tokenizer(x, add_special_tokens=False)["input_ids"]) for x in (*fmt.around_output(), CUT_MARK)
+        )
+        if t.max_output_tokens <= room:
+            raise ValueError(
+                f"episode.tool.max_output_tokens={t.max_output_tokens} leaves no room for a program's output: the "
+                f"texts around it and the cut mark take {room} tokens with this format and tokenizer; raise it above "
+                f"{room}"
+            )
         runner = ProgramRunner(
             t.num_workers,
             ProgramLimits(wall_s=t.timeout_s, cpu_s=t.timeout_s, memory_bytes=t.memory_mib << 20),
@@ -322,9 +332,11 @@ class ToolEpisode(Episode):
     def _output_ids(self, text: str, room: int) -> tuple[list[int], bool]:
         """The token ids of one call's output, tags included, at most `max_output_tokens` (and `room`, which
         `_answer_calls` leaves larger than the tags). A longer body loses its middle (`CUT_MARK` in its place), so
-        that both its start and its end (the error line, the final result) stay. Returns `(ids, cut)`."""
+        that both its start and its end (the error line, the final result) stay; text in the output that spells a
+        special token (`<|endoftext|>`, a chat template's turn markers) is encoded as text. Returns `(ids, cut)`."""
         head, tail, mark = self._tags()
-        body = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # a program that prints "<|endoftext|>" or "<|im_end|>" gets those characters back, never the special tokens
+        body = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         keep = min(self.max_output_tokens, room) - len(head) - len(tail)
         if len(body) <= keep:
             return head + body + tail, False
