@@ -1,11 +1,27 @@
 """Worked solutions for the supervised warm-up (`dapo_rl.data.solutions`) on real reasoning-gym problems."""
 
+from dataclasses import replace
+
 import pytest
 
 from dapo_rl.config import ConfigError, load_config
 from dapo_rl.data import DataError, Sample, reasoning_gym_samples
 from dapo_rl.data.solutions import chain_steps, sft_completions, worked_solution
 from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
+
+
+def _small_warmup(recipe: str, n: int, completion: str):
+    """A small fresh tiny model and `n` warm-up examples of `recipe`'s task: `(model, tok, targets, prompt ids)`."""
+    from dapo_rl.data import render_prompt
+    from dapo_rl.sft import fresh_tiny_model
+
+    cfg = load_config(recipe).sft
+    model, tok = fresh_tiny_model(replace(cfg, hidden_size=64, num_heads=2, intermediate_size=128))
+    t = cfg.task
+    samples = reasoning_gym_samples(t.task, n, t.seed, dict(t.params), t.strip_instruction)
+    comps = [c + tok.eos_token for c in sft_completions(samples, completion, 0.5, 0)]
+    p_ids = tok([render_prompt(tok, s.prompt) for s in samples], add_special_tokens=False)["input_ids"]
+    return model, tok, comps, p_ids
 
 
 def test_chain_steps_by_hand():
@@ -75,19 +91,12 @@ def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
 def test_warm_up_micro_batches_give_the_whole_batchs_gradient():
     """`sft.micro_batch_size`: rows sorted by length and split into passes give the gradient of one padded pass
     over the batch, on the real tiny model and real warm-up rows (worked steps, 10-60 tokens)."""
-    from dataclasses import replace
 
     import torch
 
-    from dapo_rl.data import render_prompt
-    from dapo_rl.sft import batch_backward, fresh_tiny_model
+    from dapo_rl.sft import batch_backward
 
-    cfg = load_config("tiny_chain_steps").sft
-    model, tok = fresh_tiny_model(replace(cfg, hidden_size=64, num_heads=2, intermediate_size=128))
-    t = cfg.task
-    samples = reasoning_gym_samples(t.task, 64, t.seed, dict(t.params), t.strip_instruction)
-    comps = [c + tok.eos_token for c in sft_completions(samples, "mixed", 0.5, 0)]
-    p_ids = tok([render_prompt(tok, s.prompt) for s in samples], add_special_tokens=False)["input_ids"]
+    model, tok, comps, p_ids = _small_warmup("tiny_chain_steps", 64, "mixed")
     c_ids = tok(comps, add_special_tokens=False)["input_ids"]
     idx = list(range(48))
     lengths = sorted(len(p_ids[i]) + len(c_ids[i]) for i in idx)
@@ -171,13 +180,11 @@ def test_tool_output_spans_join_back_and_micro_batches_keep_the_masked_gradient(
     """The pieces join back to the text (two blocks, a block at the end, an opening tag directly followed by the
     closing one), and `batch_backward` with a loss mask gives the same gradient in one pass and in micro-batches
     (the divisor counts the trained tokens only)."""
-    from dataclasses import replace
 
     import torch
 
-    from dapo_rl.data import render_prompt
     from dapo_rl.data.solutions import tool_output_spans
-    from dapo_rl.sft import batch_backward, fresh_tiny_model, target_ids
+    from dapo_rl.sft import batch_backward, target_ids
 
     block = "\n<interpreter>\n7\n\n</interpreter>\n"
     for text in (f"a{block}b{block}c", f"a{block}", "x\n<interpreter>\n</interpreter>\ny", "plain"):
@@ -190,12 +197,7 @@ def test_tool_output_spans_join_back_and_micro_batches_keep_the_masked_gradient(
             True,
         )  # no newline of its own before the closing tag: no block
     ]
-    cfg = load_config("tiny_python_tool").sft
-    model, tok = fresh_tiny_model(replace(cfg, hidden_size=64, num_heads=2, intermediate_size=128))
-    t = cfg.task
-    samples = reasoning_gym_samples(t.task, 48, t.seed, dict(t.params), t.strip_instruction)
-    comps = [c + tok.eos_token for c in sft_completions(samples, "tool_mixed", 0.5, 0)]
-    p_ids = tok([render_prompt(tok, s.prompt) for s in samples], add_special_tokens=False)["input_ids"]
+    model, tok, comps, p_ids = _small_warmup("tiny_python_tool", 48, "tool_mixed")
     c_ids, c_trained = map(list, zip(*(target_ids(tok, c) for c in comps)))
     assert 0 < sum(not all(m) for m in c_trained) < 48  # tool traces and bare answers
     idx = list(range(48))

@@ -9,7 +9,7 @@ so every count below is known by hand. The programs run in the real sandbox; the
 import json
 
 import pytest
-from test_tool_episode import EOS, Scripted
+from test_tool_episode import EOS, Scripted, turns_and_outputs
 
 from dapo_rl.config import ConfigError, load_config
 from dapo_rl.data import PromptDataset, Sample
@@ -42,6 +42,19 @@ HERMES = (
 
 HEAD = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
 TAIL = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+def _cfg(*extra):
+    return load_config(
+        None,
+        [
+            "episode.name=tool",
+            "episode.tool.format=chat_template",
+            "reward.num_workers=0",
+            "reward.name=math_dapo",
+            *extra,
+        ],
+    )
 
 
 def _tok(template):
@@ -128,26 +141,14 @@ def test_a_template_that_writes_reasoning_is_read_with_a_reasoning_turn():
 def test_output_that_spells_special_tokens_stays_text_and_the_output_budget_covers_the_markers(tok):
     """A program printing the tokenizer's eos or the template's turn markers gets those characters back, not the
     special tokens; a max_output_tokens that the markers alone fill is refused."""
-    cfg = load_config(
-        None,
-        [
-            "episode.name=tool",
-            "episode.tool.format=chat_template",
-            "reward.num_workers=0",
-            "reward.name=math_dapo",
-        ],
-    )
+    cfg = _cfg()
     with build_episode(cfg, tok) as episode:
         ids, cut = episode._output_ids("<|endoftext|>", 256)
     assert not cut and EOS not in ids
     assert bytes(ids).decode() == HEAD + "<|endoftext|>" + TAIL
     room = len(HEAD) + len(TAIL) + len("\n...\n")  # one byte a token
-    small = load_config(
-        None,
-        ["episode.name=tool", "episode.tool.format=chat_template", f"episode.tool.max_output_tokens={room}"],
-    )
     with pytest.raises(ValueError, match=f"max_output_tokens={room} leaves no room .* take {room} tokens"):
-        build_episode(small, tok)
+        build_episode(_cfg(f"episode.tool.max_output_tokens={room}"), tok)
 
 
 def test_calls_are_read_as_json_and_never_run_as_code():
@@ -183,30 +184,15 @@ def test_a_call_in_the_template_format_token_in_token_out(tok):
         "So the answer is 68762.\nAnswer: 68762",
     ]
     engine = Scripted(turns, marker=b"<tool_response>")
-    cfg = load_config(
-        None,
-        [
-            "episode.name=tool",
-            "episode.tool.format=chat_template",
-            "reward.num_workers=0",
-            "reward.name=math_dapo",
-        ],
-    )
+    cfg = _cfg()
     with build_episode(cfg, tok) as episode:
         assert episode.fmt.around_output() == (HEAD, TAIL)
         [[r]], _ = episode.sample(engine, data, [0], SamplingParams(n=1, max_tokens=600, seed=5))
     out1 = HEAD + "68762\n" + TAIL
     out2 = HEAD + MALFORMED_CALL + TAIL
     model = [t.encode() for t in turns]
-    ids = list(model[0]) + list(out1.encode()) + list(model[1]) + list(out2.encode()) + list(model[2]) + [EOS]
+    ids, mask = turns_and_outputs(turns, [out1, out2])
     assert r.response_ids == ids
-    mask = (
-        [1] * len(model[0])
-        + [0] * len(out1)
-        + [1] * len(model[1])
-        + [0] * len(out2)
-        + [1] * (len(model[2]) + 1)
-    )
     assert r.loss_mask == mask
     prompt = data.prompt_ids[0]
     assert bytes(prompt).decode().startswith("<|im_start|>system\nYou may call functions.")

@@ -45,6 +45,16 @@ class Scripted(RolloutEngine):
         return groups
 
 
+def turns_and_outputs(turns: list[str], outputs: list[str]) -> tuple[list[int], list[int]]:
+    """The response ids and loss mask of model turns with a tool output after each but the last (the tiny
+    tokenizer: a byte a token), the last turn ending in eos."""
+    ids, mask = [], []
+    for k, turn in enumerate(turns):
+        ids += list(turn.encode()) + ([EOS] if k == len(turns) - 1 else list(outputs[k].encode()))
+        mask += [1] * len(turn.encode()) + ([1] if k == len(turns) - 1 else [0] * len(outputs[k].encode()))
+    return ids, mask
+
+
 @pytest.fixture(scope="module")
 def tok():
     return build_tiny_tokenizer()
@@ -79,15 +89,8 @@ def test_two_calls_then_an_answer_token_in_token_out(tok, data):
     out1 = "\n<interpreter>\n68762\n\n</interpreter>\n"
     out2 = "\n<interpreter>\n48213\n\n</interpreter>\n"
     model = [t.encode() for t in turns]
-    ids = list(model[0]) + list(out1.encode()) + list(model[1]) + list(out2.encode()) + list(model[2]) + [EOS]
+    ids, mask = turns_and_outputs(turns, [out1, out2])
     assert r.response_ids == ids
-    mask = (
-        [1] * len(model[0])
-        + [0] * len(out1)
-        + [1] * len(model[1])
-        + [0] * len(out2)
-        + [1] * (len(model[2]) + 1)
-    )
     assert r.loss_mask == mask
     assert [lp for lp, m in zip(r.logprobs, mask) if not m] == [0.0] * (len(out1) + len(out2))
     assert r.sampled_logprobs() == [-0.5] * sum(mask)
