@@ -52,10 +52,8 @@ def embedded_model_dir(cfg: SFTConfig) -> Path:
     for key, default in _ADDED_LATER.items():  # settings newer than the cache keep older models' names
         if recipe.get(key) == default:
             recipe.pop(key)
-    if cfg.completion in (
-        "tool",
-        "tool_mixed",
-    ):  # warm-ups before 2026-12-06 also trained on the tool's output
+    # warm-ups before 2026-12-06 also trained on the tool's output: a key of their own
+    if cfg.completion in ("tool", "tool_mixed"):
         recipe["tool_output_loss"] = "masked"
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"

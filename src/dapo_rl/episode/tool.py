@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text
 from dapo_rl.episode.base import Episode, register_episode
@@ -73,6 +74,13 @@ class ToolFormat:
             return self.output_head, self.output_tail
         head, tail = tool_output_text("\0", self.output_start, self.output_end).split("\0")
         return head, tail
+
+
+def tag_ids(tokenizer, fmt: ToolFormat) -> tuple[list[int], list[int], list[int]]:
+    """Token ids of the texts the episode appends around a call's output (`ToolFormat.around_output`) and of the cut
+    marker (`CUT_MARK`), each encoded alone, as the episode appends them."""
+    head, tail = fmt.around_output()
+    return tuple(tokenizer(x, add_special_tokens=False)["input_ids"] for x in (head, tail, CUT_MARK))
 
 
 def extract_code(turn_text: str, fmt: ToolFormat) -> str | None:
@@ -204,17 +212,14 @@ class ToolEpisode(Episode):
                 "episode.name=tool needs the model's tokenizer (a served model is not supported)"
             )
         t = cfg.episode.tool
-        if (
-            t.format == "chat_template"
-        ):  # read before the sandbox starts: a template it refuses leaves nothing running
+        # the format is read before the sandbox starts: a template it refuses leaves nothing running
+        if t.format == "chat_template":
             from dapo_rl.episode.chat_tools import chat_tool_format
 
             fmt = chat_tool_format(tokenizer)
         else:
             fmt = ToolFormat(t.call_start, t.call_end, t.output_start, t.output_end)
-        room = sum(
-            len(tokenizer(x, add_special_tokens=False)["input_ids"]) for x in (*fmt.around_output(), CUT_MARK)
-        )
+        room = sum(map(len, tag_ids(tokenizer, fmt)))
         if t.max_output_tokens <= room:
             raise ValueError(
                 f"episode.tool.max_output_tokens={t.max_output_tokens} leaves no room for a program's output: the "
@@ -284,7 +289,7 @@ class ToolEpisode(Episode):
         (over its budget of calls or tokens) stops wanting a call. A call without room left for an output (its
         tags) is not run: the trajectory ends there, truncated (verl's agent loop stops at the response budget
         before parsing a call)."""
-        tags = len(self._tags()[0]) + len(self._tags()[1])
+        tags = len(self._tags[0]) + len(self._tags[1])
         for t in live:
             if budget - len(t.response_ids) <= tags:
                 t.wants_call, t.finish_reason = False, "length"
@@ -323,18 +328,17 @@ class ToolEpisode(Episode):
             if t.calls[-1] == "over_budget":
                 t.wants_call = False
 
+    @cached_property
     def _tags(self) -> tuple[list[int], list[int], list[int]]:
-        """Token ids of the output's opening and closing (`tool_output_text`) and of the cut marker."""
-        enc = self.tokenizer
-        head, tail = self.fmt.around_output()
-        return tuple(enc(x, add_special_tokens=False)["input_ids"] for x in (head, tail, CUT_MARK))
+        """`tag_ids` of this episode's format, encoded once."""
+        return tag_ids(self.tokenizer, self.fmt)
 
     def _output_ids(self, text: str, room: int) -> tuple[list[int], bool]:
         """The token ids of one call's output, tags included, at most `max_output_tokens` (and `room`, which
         `_answer_calls` leaves larger than the tags). A longer body loses its middle (`CUT_MARK` in its place), so
         that both its start and its end (the error line, the final result) stay; text in the output that spells a
         special token (`<|endoftext|>`, a chat template's turn markers) is encoded as text. Returns `(ids, cut)`."""
-        head, tail, mark = self._tags()
+        head, tail, mark = self._tags
         # a program that prints "<|endoftext|>" or "<|im_end|>" gets those characters back, never the special tokens
         body = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         keep = min(self.max_output_tokens, room) - len(head) - len(tail)
