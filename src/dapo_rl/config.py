@@ -1391,8 +1391,9 @@ def validate_config(cfg: Config) -> None:
         if tags:
             raise ConfigError(
                 f"episode.tool.format=chat_template with {' and '.join(tags)}: those write the tool in ReTool's "
-                "tags (<code>, <interpreter>), which this format does not read; use episode.tool.format=tags, or "
-                "leave the tool to the chat template"
+                "tags (<code>, <interpreter>), which this format does not read; use episode.tool.format=tags, or keep "
+                "chat_template with a model.path whose chat template defines tool calls and data.prompt_template "
+                "none or answer"
             )
     if r.n_gpus_per_node > 1 and at.max_staleness == 0:
         raise ConfigError(
