@@ -203,6 +203,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     di.add_argument("--max-prompt-length", type=int, help="with --tokenizer: rows dapo train would drop")
     di.add_argument("--template", default="none", choices=TEMPLATES, help="prompt template")
+    di.add_argument(
+        "--chat-tools",
+        action="store_true",
+        help="with --tokenizer: count each prompt as episode.tool.format=chat_template renders it (the Python "
+        "tool listed by the chat template)",
+    )
     di.add_argument("--json", action="store_true", help="print the report as JSON")
     pl = sub.add_parser(
         "plot",
@@ -472,8 +478,9 @@ def _data(args) -> int:
         )
         print("\n".join(summary.lines()))
         return 0
-    if args.max_prompt_length is not None and args.tokenizer is None:
-        raise ConfigError("--max-prompt-length needs --tokenizer (prompt lengths are counted in its tokens)")
+    for flag, given in (("--max-prompt-length", args.max_prompt_length is not None), ("--chat-tools", args.chat_tools)):
+        if given and args.tokenizer is None:
+            raise ConfigError(f"{flag} needs --tokenizer (prompt lengths are counted in its tokens)")
     tokenizer = None
     if args.tokenizer == "embedded":
         from dapo_rl.models.tiny import build_tiny_tokenizer
@@ -483,9 +490,19 @@ def _data(args) -> int:
         from dapo_rl.models.hf import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer, setting="--tokenizer")
+    tools = None
+    if args.chat_tools:
+        from dapo_rl.episode.chat_tools import TOOL_SCHEMA, ChatTemplateError, chat_tool_format
+
+        try:  # a template that cannot list the tool is refused, as `dapo train` refuses it
+            chat_tool_format(tokenizer)
+        except ChatTemplateError as e:
+            raise ConfigError(f"--chat-tools: {e}") from e
+        tools = [TOOL_SCHEMA]
     report = inspect_dataset(
         args.src,
         tokenizer=tokenizer,
+        tools=tools,
         max_prompt_length=args.max_prompt_length,
         question_column=args.question_column,
         answer_column=args.answer_column,

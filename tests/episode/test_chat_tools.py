@@ -201,3 +201,31 @@ def test_a_call_in_the_template_format_token_in_token_out(tok):
     assert [c[0] for c in engine.calls] == [[prompt], [prompt + ids[:first]], [prompt + ids[:second]]]
     assert [c[1].stop for c in engine.calls] == [["</tool_call>"]] * 3
     assert r.tool_calls == ["ok", "malformed"] and r.acc and r.score == 1.0
+
+
+def test_data_inspect_counts_the_listed_tool_in_the_prompt_length(tok, tmp_path, capsys):
+    """`dapo data inspect --chat-tools` counts each prompt as the tool run renders it (the template's tool list
+    included), so `--max-prompt-length` drops what `dapo train` would; a template that cannot list the tool is
+    refused as `dapo train` refuses it (exit 2, the reason on stderr)."""
+    from dapo_rl.cli import main
+    from dapo_rl.data.convert import inspect_dataset
+    from dapo_rl.data.dataset import render_prompt
+
+    f = tmp_path / "q.jsonl"
+    f.write_text(json.dumps({"question": "What is 6 * 7?", "answer": "42"}) + "\n")
+    msgs = [{"role": "user", "content": "What is 6 * 7?"}]
+    plain, listed = (len(render_prompt(tok, msgs, t).encode()) for t in (None, [TOOL_SCHEMA]))
+    assert listed > plain + 200  # the schema and its instructions: a byte a token
+    assert inspect_dataset(f, tokenizer=tok)["prompt_tokens"]["max"] == plain
+    assert inspect_dataset(f, tokenizer=tok, tools=[TOOL_SCHEMA])["prompt_tokens"]["max"] == listed
+    for name, t in (("tok", tok), ("plain", _tok("{% for m in messages %}{{ m.content }}{% endfor %}"))):
+        t.save_pretrained(tmp_path / name)
+        (tmp_path / name / "config.json").write_text('{"model_type": "llama"}')  # a checkpoint's, to load it
+    args = ["data", "inspect", str(f), "--tokenizer", str(tmp_path / "tok"), "--json"]
+    assert main([*args, "--chat-tools", "--max-prompt-length", str(listed - 1)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["prompt_tokens"]["max"] == listed and report["dropped_at_max_prompt_length"]["rows"] == 1
+    assert main(["data", "inspect", str(f), "--tokenizer", str(tmp_path / "plain"), "--chat-tools"]) == 2
+    assert "episode.tool.format=chat_template" in capsys.readouterr().err
+    assert main(["data", "inspect", str(f), "--chat-tools"]) == 2
+    assert "--chat-tools needs --tokenizer" in capsys.readouterr().err

@@ -352,6 +352,7 @@ def inspect_dataset(
     answer_column: str | None = None,
     template: str = "none",
     split: str | None = None,
+    tools: list[dict] | None = None,
 ) -> dict:
     """What a data file holds, as `dapo train` would see it.
 
@@ -362,6 +363,8 @@ def inspect_dataset(
         max_prompt_length: with a tokenizer, how many rows `dapo train` would drop at this `data.max_prompt_length`.
         question_column, answer_column, template: as `convert` (verl input uses its own columns).
         split: see `read_dataset`.
+        tools: function schemas the chat template lists in every prompt (`render_prompt`; a tool run with
+            `episode.tool.format=chat_template`), counted in the prompt tokens.
 
     Returns:
         `{"source", "rows", "schema": {column: type}, "format": "verl" | "question/answer", "question_column",
@@ -409,7 +412,7 @@ def inspect_dataset(
     }
     if tokenizer is not None and prompts:
         lengths = sorted(
-            len(ids) for ids in encode_prompts(tokenizer, [render_prompt(tokenizer, p) for p in prompts])
+            len(ids) for ids in encode_prompts(tokenizer, [render_prompt(tokenizer, p, tools) for p in prompts])
         )
         report["prompt_tokens"] = {f"p{q}": _percentile(lengths, q) for q in (50, 90, 99)} | {
             "max": lengths[-1]
