@@ -480,6 +480,24 @@ TOOL_FORMATS = ("tags", "chat_template")
 
 
 @dataclass
+class CallShapingConfig:
+    """ReTool's shaping of wrong answers by tool use (verl `recipe/retool/retool.py`, `compute_score`): a wrong
+    answer's score becomes `min(cap, score + per_call * calls)`, so a wrong trajectory that called the tool loses
+    less than one that did not (`dapo_rl.reward.shaping.tool_call_shaping`). Right answers keep theirs."""
+
+    enable: bool = False
+    per_call: float = 0.1
+    """Added per tool call (verl: `(num_turns - 2) / 2 * 0.1`, one user and one assistant turn per call)."""
+    cap: float = -0.6
+    """The most a wrong answer can score (verl's recipe since 2025-08; its first version capped at 0)."""
+
+    def check(self) -> None:
+        """Raises ConfigError: a negative `per_call`, or a `cap` outside [-1, 1] (the verifier's scale)."""
+        check_number("episode.tool.call_shaping.per_call", self.per_call, ge=0)
+        check_number("episode.tool.call_shaping.cap", self.cap, ge=-1, le=1)
+
+
+@dataclass
 class ToolConfig:
     """`episode.name: tool`: multi-turn rollouts in which the model runs Python in the sandbox (ReTool, arXiv
     2504.11536; `dapo_rl.episode.tool`)."""
@@ -512,6 +530,12 @@ class ToolConfig:
     """Opens the tool's output (ReTool's `<interpreter>`)."""
     output_end: str = RETOOL_TAGS[3]
     """Closes it (`</interpreter>`)."""
+    mask_void_turns: bool = False
+    """SimpleTIR's filter (arXiv 2509.02479, `mask_void_turns`): a trajectory with a void turn, one that ends
+    neither in a well-formed call nor with a final answer (`dapo_rl.episode.records.Rollout.void_turn`), gets no
+    gradient; its group's advantages still count it. `tool/void_turn_ratio` is logged either way."""
+    call_shaping: CallShapingConfig = field(default_factory=CallShapingConfig)
+    """ReTool's shaping of wrong answers by their tool calls (`CallShapingConfig`)."""
 
     def check(self) -> None:
         """Raises ConfigError: a bound outside its range, or an empty tag."""
@@ -529,6 +553,7 @@ class ToolConfig:
                 f"episode.tool.num_workers={self.num_workers} must be >= 1 and <= {MAX_REWARD_WORKERS}"
             )
         _choice(self.format, TOOL_FORMATS, "episode.tool.format")
+        self.call_shaping.check()
         for key in ("call_start", "call_end", "output_start", "output_end"):
             if not getattr(self, key).strip():
                 raise ConfigError(f"episode.tool.{key} is empty")

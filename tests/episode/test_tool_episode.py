@@ -6,10 +6,11 @@ engine is a scripted `RolloutEngine` (its turns are fixed texts, so that every c
 from dataclasses import replace
 
 import pytest
+import torch
 
 from dapo_rl.collect.loop import filter_groups
 from dapo_rl.collect.stats import GenerationSums
-from dapo_rl.config import load_config
+from dapo_rl.config import ConfigError, load_config
 from dapo_rl.data import PromptDataset, Sample
 from dapo_rl.episode import PromptGroup, Rollout, Scorer, ToolEpisode, build_episode
 from dapo_rl.episode.tool import ToolFormat, extract_code, render_output
@@ -339,3 +340,73 @@ def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok,
     assert (a.tool_calls, b.tool_calls) == (["ok"], ["ok"])  # fresh templates took the killed ones' place
     void = PromptGroup((1, 0), [replace(a, tool_calls=["sandbox_error"]), b])
     assert group_outcomes([void, PromptGroup((1, 1), [a, b])]) == [(1, 2, 2)]
+
+
+def test_retool_call_shaping_lifts_wrong_answers_by_their_calls(tok, data):
+    """`episode.tool.call_shaping` (verl's ReTool `compute_score`): a wrong answer after k calls scores
+    min(-0.6, -1 + 0.1 k); a right one keeps +1; validation (`unshaped`) reads the verifier's score."""
+    two_calls = Scripted(["<code>print(6)</code>", "<code>print(7)</code>", "Answer: 41"])
+    five_calls = Scripted(["<code>print(1)</code>"] * 5 + ["Answer: 41"])
+    right = Scripted(["<code>print(6 * 7)</code>", "Answer: 42"])
+    cfg = _cfg("algorithm.overlong_buffer.enable=false", "episode.tool.call_shaping.enable=true",
+               "episode.tool.max_calls=5")  # fmt: skip
+    params = SamplingParams(n=1, max_tokens=600)
+    with build_episode(cfg, tok) as episode:
+        [[r2]], _ = episode.sample(two_calls, data, [1], params)
+        [[r5]], _ = episode.sample(five_calls, data, [1], params)
+        [[ok]], _ = episode.sample(right, data, [1], params)
+        [[plain]], _ = episode.unshaped().sample(two_calls, data, [1], params)
+    assert (r2.score, r5.score, ok.score, plain.score) == (-1.0, -1.0, 1.0, -1.0)
+    assert r2.tool_calls == ["ok", "ok"] and len(r5.tool_calls) == 5
+    assert r2.reward == pytest.approx(-0.8) and r5.reward == pytest.approx(-0.6)
+    assert ok.reward == 1.0 and plain.reward == -1.0
+    with pytest.raises(ConfigError, match="call_shaping.cap"):
+        _cfg("episode.tool.call_shaping.cap=2")
+
+
+def test_void_turns_by_simpletirs_definition(tok, data):
+    """`Rollout.void_turn`: a malformed call, or a last turn with neither a call nor an answer; a complete call
+    past the budget is not void. The metric counts them (`tool/void_turn_ratio`), malformed calls apart too."""
+    cases = {
+        "answered": (["<code>print(6 * 7)</code>", "Answer: 42"], False),
+        "wrong answer": (["<code>print(6 * 7)</code>", "Answer: 41"], False),
+        "no answer": (["<code>print(6 * 7)</code>", "I am not sure."], True),
+        "malformed": (["<code></code>", "Answer: 42"], True),
+        "over budget": (["<code>print(1)</code>", "<code>print(2)</code>"], False),
+    }
+    got, rollouts = {}, []
+    with build_episode(_cfg("episode.tool.max_calls=1"), tok) as episode:
+        for name, (turns, _) in cases.items():
+            [[r]], _ = episode.sample(Scripted(turns), data, [1], SamplingParams(n=1, max_tokens=300))
+            got[name] = r.void_turn
+            rollouts.append(r)
+    assert got == {name: void for name, (_, void) in cases.items()}
+    assert rollouts[-1].tool_calls == ["ok", "over_budget"]
+    stats = GenerationSums.of([PromptGroup((1, 0), rollouts)]).stats(0, 1, 1)
+    assert stats["tool/void_turn_ratio"] == 2 / 5
+    assert stats["tool/malformed_rate"] == 1 / 6 and stats["tool/code_error_rate"] == 1 / 6
+    assert not Rollout(data.samples[0], 0, 0, pred="").void_turn  # no tool: never void
+
+
+def test_mask_void_turns_takes_the_trajectory_out_of_the_loss_not_out_of_its_group(tok, data):
+    """SimpleTIR's filter (`episode.tool.mask_void_turns`): the void trajectory's row has no loss tokens; the
+    advantages are the same with and without it (its reward still counts in its group's mean and sd)."""
+    from dapo_rl.collect import make_train_batch
+
+    with build_episode(_cfg(), tok) as episode:
+        [right], _ = episode.sample(Scripted(["<code>print(6 * 7)</code>", "Answer: 42"]), data, [1],
+                                    SamplingParams(n=2, max_tokens=300))  # fmt: skip
+        [[void]], _ = episode.sample(Scripted(["<code>print(6 * 7)</code>", "Hmm."]), data, [1],
+                                     SamplingParams(n=1, max_tokens=300))  # fmt: skip
+    group = [right[0], right[1], replace(void, sample_idx=2)]
+    assert [r.void_turn for r in group] == [False, False, True]
+    batches = {}
+    for mask in ("false", "true"):
+        cfg = _cfg(f"episode.tool.mask_void_turns={mask}", "rollout.n=3", "actor.shuffle=false",
+                   "actor.ppo_mini_batch_size=1")  # fmt: skip
+        batches[mask] = make_train_batch([PromptGroup((1, 0), group)], cfg, tok.pad_token_id, step=1)
+    off, on = batches["false"], batches["true"]
+    assert torch.equal(off.advantages, on.advantages) and float(off.advantages[2]) < 0
+    model_tokens = [sum(r.loss_mask) for r in group]
+    assert off.response_mask.sum(1).tolist() == model_tokens
+    assert on.response_mask.sum(1).tolist() == [*model_tokens[:2], 0]

@@ -44,6 +44,9 @@ class GenerationSums:
         tool_truncated: calls whose output was cut.
         tool_void: responses with a `sandbox_error` call (`Rollout.void`).
         tool_turns: the model's turns in a tool episode's responses.
+        tool_malformed: calls with no code between the tags (or, in the chat format, no readable call): `malformed`.
+        tool_void_turns: responses with a void turn (SimpleTIR's: a malformed call, or a last turn with neither a
+            call nor an answer; `Rollout.void_turn`).
     """
 
     responses: float = 0.0
@@ -72,6 +75,8 @@ class GenerationSums:
     model_tokens: float = 0.0
     """The model's own response tokens (`Rollout.model_length`); `tokens` counts a tool's too. (`sampled_tokens`
     counts the same tokens where the engine returns log-probs; a served model's responses come without.)"""
+    tool_malformed: float = 0.0
+    tool_void_turns: float = 0.0
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
@@ -103,6 +108,8 @@ class GenerationSums:
             tool_truncated=sum(x.tool_truncated for x in rs),
             tool_void=sum(x.void for x in rs),
             tool_turns=sum(x.tool_turns for x in rs),
+            tool_malformed=calls.count("malformed"),
+            tool_void_turns=sum(x.void_turn for x in rs),
             model_tokens=sum(x.model_length for x in rs),
         )
 
@@ -198,7 +205,9 @@ class GenerationSums:
     def tool_stats(self) -> dict:
         """The `tool/*` statistics of a tool episode's responses (docs/metrics.md): calls and turns per trajectory
         (the model's turns), the share that called the tool, and per call the rates of code errors,
-        sandbox errors, timeouts and cut outputs; `tool/void_ratio` the share of responses that do not train."""
+        sandbox errors, timeouts, cut outputs and malformed calls (also counted in `tool/code_error_rate`);
+        `tool/void_ratio` the share of responses the sandbox voided (they do not train), `tool/void_turn_ratio` the
+        share with a void turn (`Rollout.void_turn`; they do not train under `episode.tool.mask_void_turns`)."""
         t, c = self.tool_trajectories, max(self.tool_calls, 1.0)
         return {
             "tool/calls_per_trajectory": self.tool_calls / t,
@@ -210,6 +219,8 @@ class GenerationSums:
             "tool/timeout_rate": self.tool_timeouts / c,
             "tool/truncated_rate": self.tool_truncated / c,
             "tool/void_ratio": self.tool_void / t,
+            "tool/malformed_rate": self.tool_malformed / c,
+            "tool/void_turn_ratio": self.tool_void_turns / t,
         }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from dapo_rl.data import Sample
+from dapo_rl.reward.math_dapo import INVALID_PRED
 
 
 @dataclass
@@ -95,6 +96,18 @@ class Rollout:
         """The outcome says nothing about the policy: the sandbox failed under one of its tool calls (not the
         program's fault). Its group does not train (`dapo_rl.collect.loop.filter_groups`)."""
         return bool(self.tool_calls) and "sandbox_error" in self.tool_calls
+
+    @property
+    def void_turn(self) -> bool:
+        """A tool episode's trajectory with a void turn (SimpleTIR, arXiv 2509.02479: a turn with neither a complete
+        code block nor a final answer): a `malformed` call, or a last turn that made no call and left no answer
+        (`pred` empty or `[INVALID]`, the verifiers' marks for none; a turn cut at the length limit, say). A call past the
+        budget (`over_budget`) is a complete block, not void. `episode.tool.mask_void_turns` keeps such
+        trajectories out of the loss (`dapo_rl.collect.batch.make_train_batch`). False without a tool."""
+        if self.tool_calls is None:
+            return False
+        ended_without_call = self.tool_turns > len(self.tool_calls)
+        return "malformed" in self.tool_calls or (ended_without_call and self.pred in ("", INVALID_PRED))
 
     def sampled_logprobs(self) -> list[float]:
         """The log-probs of the tokens the model sampled (`loss_mask` 1), in order."""

@@ -68,3 +68,24 @@ def repetition_penalty(
     """`-factor * repetition_fraction(...)`: the amount added to a response's score (MiroMind-M1's repetition
     penalty); 0 for a response without loops."""
     return -factor * repetition_fraction(token_ids, min_repeats, max_period, min_tokens)
+
+
+def tool_call_shaping(score: float, acc: bool, calls: int, per_call: float = 0.1, cap: float = -0.6) -> float:
+    """ReTool's shaping of a wrong answer by its tool calls (verl `recipe/retool/retool.py`, `compute_score`):
+    `min(cap, score + per_call * calls)` when the answer is wrong, `score` when it is right.
+
+    verl counts `num_turns` (the prompt, each assistant turn and each tool reply) and adds `(num_turns - 2) / 2 *
+    0.1`, i.e. 0.1 per tool call; its recipe caps the result at -0.6 (its first version, at 0).
+
+    Args:
+        score: the verifier's score (DAPO's +-1 scale).
+        acc: the verifier's correctness.
+        calls: the trajectory's tool calls (`len(Rollout.tool_calls)`, malformed and over-budget ones included, as
+            verl counts the turns).
+        per_call: added per call (>= 0).
+        cap: the most a wrong answer can score.
+
+    Returns:
+        The shaped score (a float).
+    """
+    return score if acc else min(cap, score + per_call * calls)
