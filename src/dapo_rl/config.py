@@ -481,15 +481,16 @@ TOOL_FORMATS = ("tags", "chat_template")
 
 @dataclass
 class CallShapingConfig:
-    """ReTool's shaping of wrong answers by tool use (verl `recipe/retool/retool.py`, `compute_score`): a wrong
-    answer's score becomes `min(cap, score + per_call * calls)`, so a wrong trajectory that called the tool loses
-    less than one that did not (`dapo_rl.reward.shaping.tool_call_shaping`). Right answers keep theirs."""
+    """The shaping of wrong answers by tool use in verl's ReTool recipe (`recipe/retool/retool.py`,
+    `compute_score`): a score below 0 becomes `min(cap, score + per_call * calls)`, counting the calls that reached
+    the sandbox, so a wrong trajectory that ran the tool loses less than one that did not
+    (`dapo_rl.reward.shaping.tool_call_shaping`). Other scores are kept."""
 
     enable: bool = False
     per_call: float = 0.1
-    """Added per tool call (verl: `(num_turns - 2) / 2 * 0.1`, one user and one assistant turn per call)."""
+    """Added per call that ran (verl: `(num_turns - 2) / 2 * 0.1`, an assistant turn and a tool reply per call)."""
     cap: float = -0.6
-    """The most a wrong answer can score (verl's recipe since 2025-08; its first version capped at 0)."""
+    """The most a shaped answer can score (verl's recipe from 2025-08-22; at 0 before)."""
 
     def check(self) -> None:
         """Raises ConfigError: a negative `per_call`, or a `cap` outside [-1, 1] (the verifier's scale)."""
@@ -531,9 +532,9 @@ class ToolConfig:
     output_end: str = RETOOL_TAGS[3]
     """Closes it (`</interpreter>`)."""
     mask_void_turns: bool = False
-    """SimpleTIR's filter (arXiv 2509.02479, `mask_void_turns`): a trajectory with a void turn, one that ends
-    neither in a well-formed call nor with a final answer (`dapo_rl.episode.records.Rollout.void_turn`), gets no
-    gradient; its group's advantages still count it. `tool/void_turn_ratio` is logged either way."""
+    """SimpleTIR's filter (arXiv 2509.02479, `mask_void_turns`): a trajectory with a void turn, a malformed call or a
+    last turn with neither a closed call nor a final answer (`dapo_rl.episode.records.Rollout.void_turn`), gets no
+    gradient; its group's advantages still count it, as in SimpleTIR. `tool/void_turn_ratio` is logged either way."""
     call_shaping: CallShapingConfig = field(default_factory=CallShapingConfig)
     """ReTool's shaping of wrong answers by their tool calls (`CallShapingConfig`)."""
 

@@ -15,6 +15,7 @@ from dapo_rl.data import PromptDataset, Sample
 from dapo_rl.episode import PromptGroup, Rollout, Scorer, ToolEpisode, build_episode
 from dapo_rl.episode.tool import ToolFormat, extract_code, render_output
 from dapo_rl.models.tiny import build_tiny_tokenizer
+from dapo_rl.reward.shaping import tool_call_shaping
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 
 EOS = 256  # the tiny tokenizer's eos; ids 0-255 are the bytes
@@ -343,10 +344,12 @@ def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok,
 
 
 def test_retool_call_shaping_lifts_wrong_answers_by_their_calls(tok, data):
-    """`episode.tool.call_shaping` (verl's ReTool `compute_score`): a wrong answer after k calls scores
-    min(-0.6, -1 + 0.1 k); a right one keeps +1; validation (`unshaped`) reads the verifier's score."""
+    """`episode.tool.call_shaping` (verl's ReTool `compute_score`): a wrong answer after k calls that ran scores
+    min(-0.6, -1 + 0.1 k); a malformed call and a call past the budget do not count; a right answer keeps +1;
+    validation (`unshaped`) reads the verifier's score."""
     two_calls = Scripted(["<code>print(6)</code>", "<code>print(7)</code>", "Answer: 41"])
     five_calls = Scripted(["<code>print(1)</code>"] * 5 + ["Answer: 41"])
+    not_run = Scripted(["<code></code>", "<code>print(1)</code>", "<code>print(2)</code>"] + ["<code>1</code>"] * 3)
     right = Scripted(["<code>print(6 * 7)</code>", "Answer: 42"])
     cfg = _cfg("algorithm.overlong_buffer.enable=false", "episode.tool.call_shaping.enable=true",
                "episode.tool.max_calls=5")  # fmt: skip
@@ -354,38 +357,47 @@ def test_retool_call_shaping_lifts_wrong_answers_by_their_calls(tok, data):
     with build_episode(cfg, tok) as episode:
         [[r2]], _ = episode.sample(two_calls, data, [1], params)
         [[r5]], _ = episode.sample(five_calls, data, [1], params)
+        [[nr]], _ = episode.sample(not_run, data, [1], params)
         [[ok]], _ = episode.sample(right, data, [1], params)
         [[plain]], _ = episode.unshaped().sample(two_calls, data, [1], params)
-    assert (r2.score, r5.score, ok.score, plain.score) == (-1.0, -1.0, 1.0, -1.0)
+    assert (r2.score, r5.score, nr.score, ok.score, plain.score) == (-1.0, -1.0, -1.0, 1.0, -1.0)
     assert r2.tool_calls == ["ok", "ok"] and len(r5.tool_calls) == 5
+    assert nr.tool_calls == ["malformed", "ok", "ok", "ok", "ok", "over_budget"]
     assert r2.reward == pytest.approx(-0.8) and r5.reward == pytest.approx(-0.6)
+    assert nr.reward == pytest.approx(-0.6)  # 4 calls ran: -1 + 0.4, at the cap
     assert ok.reward == 1.0 and plain.reward == -1.0
+    assert tool_call_shaping(-1.0, 1) == pytest.approx(-0.9) and tool_call_shaping(0.5, 3) == 0.5
+    assert tool_call_shaping(-1.0, 20, cap=0.0) == 0.0  # verl's first cap
     with pytest.raises(ConfigError, match="call_shaping.cap"):
         _cfg("episode.tool.call_shaping.cap=2")
 
 
 def test_void_turns_by_simpletirs_definition(tok, data):
-    """`Rollout.void_turn`: a malformed call, or a last turn with neither a call nor an answer; a complete call
-    past the budget is not void. The metric counts them (`tool/void_turn_ratio`), malformed calls apart too."""
+    """`Rollout.void_turn`: a malformed call, or a last turn with neither a closed call nor a final answer; a closed
+    call is not void, past the budget or with no room left to run it. The metric counts them
+    (`tool/void_turn_ratio`), malformed calls apart too."""
     cases = {
-        "answered": (["<code>print(6 * 7)</code>", "Answer: 42"], False),
-        "wrong answer": (["<code>print(6 * 7)</code>", "Answer: 41"], False),
-        "no answer": (["<code>print(6 * 7)</code>", "I am not sure."], True),
-        "malformed": (["<code></code>", "Answer: 42"], True),
-        "over budget": (["<code>print(1)</code>", "<code>print(2)</code>"], False),
+        "answered": (["<code>print(6 * 7)</code>", "Answer: 42"], 300, False),
+        "wrong answer": (["<code>print(6 * 7)</code>", "Answer: 41"], 300, False),
+        "no answer": (["<code>print(6 * 7)</code>", "I am not sure."], 300, True),
+        "cut mid-turn": (["<code>print(6 * 7)</code>", "I think the answer is 42"], 60, True),
+        "malformed": (["<code></code>", "Answer: 42"], 300, True),
+        "over budget": (["<code>print(1)</code>", "<code>print(2)</code>"], 300, False),
+        "no room to run": (["<code>print(6 * 7)</code>"], 30, False),
     }
     got, rollouts = {}, []
     with build_episode(_cfg("episode.tool.max_calls=1"), tok) as episode:
-        for name, (turns, _) in cases.items():
-            [[r]], _ = episode.sample(Scripted(turns), data, [1], SamplingParams(n=1, max_tokens=300))
+        for name, (turns, budget, _) in cases.items():
+            [[r]], _ = episode.sample(Scripted(turns), data, [1], SamplingParams(n=1, max_tokens=budget))
             got[name] = r.void_turn
             rollouts.append(r)
-    assert got == {name: void for name, (_, void) in cases.items()}
-    assert rollouts[-1].tool_calls == ["ok", "over_budget"]
+    assert got == {name: void for name, (_, _, void) in cases.items()}
+    assert rollouts[3].finish_reason == "length" and rollouts[-1].tool_calls == []
+    assert rollouts[-2].tool_calls == ["ok", "over_budget"]
+    assert rollouts[2].light().void_turn and not rollouts[0].light().void_turn  # other ranks see it too
     stats = GenerationSums.of([PromptGroup((1, 0), rollouts)]).stats(0, 1, 1)
-    assert stats["tool/void_turn_ratio"] == 2 / 5
-    assert stats["tool/malformed_rate"] == 1 / 6 and stats["tool/code_error_rate"] == 1 / 6
-    assert not Rollout(data.samples[0], 0, 0, pred="").void_turn  # no tool: never void
+    assert stats["tool/void_turn_ratio"] == 3 / 7
+    assert stats["tool/malformed_rate"] == 1 / 7 and stats["tool/code_error_rate"] == 1 / 7
 
 
 def test_mask_void_turns_takes_the_trajectory_out_of_the_loss_not_out_of_its_group(tok, data):

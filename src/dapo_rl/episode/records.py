@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from dapo_rl.data import Sample
-from dapo_rl.reward.math_dapo import INVALID_PRED
 
 
 @dataclass
@@ -44,7 +43,8 @@ class Rollout:
         status: `ok`, `error` (the verifier raised), `timeout` (it was killed) or `refused` (the answer was outside
             its task's answer grammar, `dapo_rl.reward.answer_grammar`); `unknown` for a generations.jsonl line
             written before the field (`from_record`).
-        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
+        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty (+ a
+            tool episode's `episode.tool.call_shaping`).
         response_length: tokens in the response (kept when a record is read back without its token ids).
         model_length: the response tokens the model sampled (`loss_mask` 1; `response_length` without a mask).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
@@ -56,6 +56,12 @@ class Rollout:
             no tool (a single-turn episode).
         tool_truncated: calls whose output was cut (the sandbox's output cap or `max_output_tokens`).
         tool_turns: a tool episode's model turns (the runs of `loss_mask` 1); 0: no tool.
+        void_turn: a tool episode's trajectory with a void turn (SimpleTIR, arXiv 2509.02479: a turn with neither a
+            complete code block nor a final answer): a `malformed` call, or a last turn that closed no call and
+            holds no final answer ("Answer:" line or box, `dapo_rl.reward.extract.extract_final_answer`), as when
+            it was cut at the length limit. A closed call (over the budget, or with no room left to run) is not
+            void. `episode.tool.mask_void_turns` keeps such trajectories out of the loss
+            (`dapo_rl.collect.batch.make_train_batch`).
     """
 
     sample: Sample
@@ -78,6 +84,7 @@ class Rollout:
     tool_truncated: int = 0
     tool_turns: int = 0
     model_length: int = -1
+    void_turn: bool = False
 
     def __post_init__(self):
         if self.response_length < 0:
@@ -96,18 +103,6 @@ class Rollout:
         """The outcome says nothing about the policy: the sandbox failed under one of its tool calls (not the
         program's fault). Its group does not train (`dapo_rl.collect.loop.filter_groups`)."""
         return bool(self.tool_calls) and "sandbox_error" in self.tool_calls
-
-    @property
-    def void_turn(self) -> bool:
-        """A tool episode's trajectory with a void turn (SimpleTIR, arXiv 2509.02479: a turn with neither a complete
-        code block nor a final answer): a `malformed` call, or a last turn that made no call and left no answer
-        (`pred` empty or `[INVALID]`, the verifiers' marks for none; a turn cut at the length limit, say). A call past the
-        budget (`over_budget`) is a complete block, not void. `episode.tool.mask_void_turns` keeps such
-        trajectories out of the loss (`dapo_rl.collect.batch.make_train_batch`). False without a tool."""
-        if self.tool_calls is None:
-            return False
-        ended_without_call = self.tool_turns > len(self.tool_calls)
-        return "malformed" in self.tool_calls or (ended_without_call and self.pred in ("", INVALID_PRED))
 
     def sampled_logprobs(self) -> list[float]:
         """The log-probs of the tokens the model sampled (`loss_mask` 1), in order."""

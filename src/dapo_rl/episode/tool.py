@@ -36,6 +36,7 @@ from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text
 from dapo_rl.episode.base import Episode, register_episode
 from dapo_rl.episode.records import Rollout
 from dapo_rl.episode.single_turn import Scorer
+from dapo_rl.reward.extract import extract_final_answer
 from dapo_rl.reward.shaping import tool_call_shaping
 from dapo_rl.rollout.seeds import turn_seed
 
@@ -43,6 +44,9 @@ TOOL_STATUSES = ("ok", "error", "timeout", "killed", "sandbox_error", "malformed
 """What one call came to (`Rollout.tool_calls`): the sandbox's statuses (`dapo_rl.sandbox.ProgramResult.status`),
 `malformed` (no code between the tags, or an empty block: not run) and `over_budget` (a call after `max_calls`: not
 run)."""
+
+NOT_RUN = ("malformed", "over_budget")
+"""The call statuses whose program never reached the sandbox."""
 
 CUT_MARK = "\n...\n"
 """What stands where the middle of a long output was cut."""
@@ -148,6 +152,10 @@ class _Trajectory:
     turn_ids: list[int] = field(default_factory=list)
     """The model's tokens of its latest turn."""
     wants_call: bool = False
+    closed_call: bool = False
+    """The latest turn ended at the call's closing tag (run or not)."""
+    void_turn: bool = False
+    """A turn so far had a malformed call (SimpleTIR's void turn; the last turn is judged at the end)."""
 
     def add_model(self, out, room: int, fmt: ToolFormat) -> None:
         ids, lps, finish = list(out.token_ids), list(out.logprobs), out.finish_reason
@@ -159,7 +167,7 @@ class _Trajectory:
         self.turn_ids = ids
         self.turns += 1
         self.finish_reason = finish
-        self.wants_call = (
+        self.wants_call = self.closed_call = (
             finish == "stop" and out.stop_reason == fmt.call_end and len(ids) == len(out.token_ids)
         )
 
@@ -196,9 +204,9 @@ class ToolEpisode(Episode):
     max_output_tokens: int = 256
     timeout_s: float = 10.0
     owns_pool: bool = True
-    call_shaping: Callable[[float, bool, int], float] | None = None
-    """`(score, acc, calls) -> shaped score` (`episode.tool.call_shaping`, ReTool's), or None for none; added to
-    `Rollout.reward` with the other shaping."""
+    call_shaping: Callable[[float, int], float] | None = None
+    """`(score, calls that ran) -> shaped score` (`episode.tool.call_shaping`, verl's ReTool recipe), or None for
+    none; added to `Rollout.reward` with the other shaping."""
     tool_seconds: float = 0.0
     """Wall-clock seconds spent in the sandbox so far."""
 
@@ -290,6 +298,10 @@ class ToolEpisode(Episode):
             for t, room, [o] in zip(live, rooms, outs):
                 t.add_model(o, room, self.fmt)
             live = [t for t in live if t.wants_call]
+        for t in trajs:  # SimpleTIR's void last turn: no call closed and no final answer ("Answer:" or a box)
+            if not t.closed_call:
+                last = self.tokenizer.decode(t.turn_ids, skip_special_tokens=True)
+                t.void_turn |= extract_final_answer(last) is None
         groups = [
             [self._rollout(dataset, indices[t.index // n], t, n, budget) for t in trajs[k * n : (k + 1) * n]]
             for k in range(len(indices))
@@ -297,7 +309,8 @@ class ToolEpisode(Episode):
         self.scorer([r for g in groups for r in g], budget)
         if self.call_shaping is not None:
             for r in (r for g in groups for r in g):
-                r.reward += self.call_shaping(r.score, r.acc, len(r.tool_calls)) - r.score
+                ran = sum(c not in NOT_RUN for c in r.tool_calls)
+                r.reward += self.call_shaping(r.score, ran) - r.score
         return groups, gen_s
 
     def _answer_calls(self, live: list[_Trajectory], budget: int) -> None:
@@ -319,6 +332,7 @@ class ToolEpisode(Episode):
                 code = extract_code(self.tokenizer.decode(t.turn_ids, skip_special_tokens=True), self.fmt)
                 codes.append(code)
                 t.calls.append("malformed" if code is None else "")
+                t.void_turn |= code is None
         to_run = [c for c in codes if c is not None]
         t0 = time.perf_counter()
         results = iter(self.runner.run(to_run) if to_run else [])
@@ -383,6 +397,7 @@ class ToolEpisode(Episode):
             tool_calls=t.calls,
             tool_truncated=t.truncated_outputs,
             tool_turns=t.turns,
+            void_turn=t.void_turn,
         )
 
     # ------------------------------------------------------------------------------------------------ the rest

@@ -70,22 +70,23 @@ def repetition_penalty(
     return -factor * repetition_fraction(token_ids, min_repeats, max_period, min_tokens)
 
 
-def tool_call_shaping(score: float, acc: bool, calls: int, per_call: float = 0.1, cap: float = -0.6) -> float:
-    """ReTool's shaping of a wrong answer by its tool calls (verl `recipe/retool/retool.py`, `compute_score`):
-    `min(cap, score + per_call * calls)` when the answer is wrong, `score` when it is right.
+def tool_call_shaping(score: float, calls: int, per_call: float = 0.1, cap: float = -0.6) -> float:
+    """The shaping of a wrong answer by its tool calls in verl's ReTool recipe (`recipe/retool/retool.py`,
+    `compute_score`; the ReTool paper itself trains on the outcome reward alone): `min(cap, score + per_call * calls)`
+    when `score < 0`, else `score`.
 
-    verl counts `num_turns` (the prompt, each assistant turn and each tool reply) and adds `(num_turns - 2) / 2 *
-    0.1`, i.e. 0.1 per tool call; its recipe caps the result at -0.6 (its first version, at 0).
+    verl counts `num_turns` (the prompt, each assistant turn, each tool reply that fit the context) and adds
+    `(num_turns - 2) / 2 * 0.1`: 0.1 per tool reply. Its recipe caps the result at -0.6 (from 2025-08-22; at 0
+    before).
 
     Args:
-        score: the verifier's score (DAPO's +-1 scale).
-        acc: the verifier's correctness.
-        calls: the trajectory's tool calls (`len(Rollout.tool_calls)`, malformed and over-budget ones included, as
-            verl counts the turns).
+        score: the verifier's score (DAPO's +-1 scale; a partial credit >= 0 is left alone, as in verl).
+        calls: the trajectory's calls that reached the sandbox (`ToolEpisode` leaves out `malformed` ones and a call
+            past the budget, which verl never parses).
         per_call: added per call (>= 0).
-        cap: the most a wrong answer can score.
+        cap: the most a shaped answer can score.
 
     Returns:
         The shaped score (a float).
     """
-    return score if acc else min(cap, score + per_call * calls)
+    return min(cap, score + per_call * calls) if score < 0 else score
