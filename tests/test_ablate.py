@@ -68,7 +68,8 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="unknown field 'budget'"):
         load_spec(str(bad))
     with pytest.raises(
-        ConfigError, match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, tool_shaping, zero_waste"
+        ConfigError,
+        match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, tool_shaping, zero_waste",
     ):
         load_spec("ladderr")
     bad.write_text(

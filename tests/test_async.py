@@ -361,7 +361,9 @@ def test_a_partial_batch_splits_evenly_over_the_trainer_ranks():
     p._exhausted = True
     batch, stats = p.next_batch(8, 0)
     assert [g.key for g in batch] == [(1, 0), (1, 1)] and len(p.queue) == 1
-    assert stats["train/kept_groups"] == 2 and notes == ["dynamic sampling: 3/8 groups queued after 0 rounds."]
+    assert stats["train/kept_groups"] == 2 and notes == [
+        "dynamic sampling: 3/8 groups queued after 0 rounds."
+    ]
 
 
 def test_the_host_staging_slots_are_reused_and_the_pushed_one_is_never_written():

@@ -478,8 +478,9 @@ def _data(args) -> int:
         )
         print("\n".join(summary.lines()))
         return 0
-    for flag, given in (("--max-prompt-length", args.max_prompt_length is not None), ("--chat-tools", args.chat_tools)):
-        if given and args.tokenizer is None:
+    given = {"--max-prompt-length": args.max_prompt_length is not None, "--chat-tools": args.chat_tools}
+    for flag in (f for f, on in given.items() if on):
+        if args.tokenizer is None:
             raise ConfigError(f"{flag} needs --tokenizer (prompt lengths are counted in its tokens)")
     tokenizer = None
     if args.tokenizer == "embedded":
@@ -492,13 +493,13 @@ def _data(args) -> int:
         tokenizer = load_tokenizer(args.tokenizer, setting="--tokenizer")
     tools = None
     if args.chat_tools:
-        from dapo_rl.episode.chat_tools import TOOL_SCHEMA, ChatTemplateError, chat_tool_format
+        from dapo_rl.config import EpisodeConfig, ToolConfig
+        from dapo_rl.episode.chat_tools import ChatTemplateError, prompt_tools
 
-        try:  # a template that cannot list the tool is refused, as `dapo train` refuses it
-            chat_tool_format(tokenizer)
+        try:  # the tools a chat_template run lists; a template that cannot list them is refused, as there
+            tools = prompt_tools(EpisodeConfig("tool", ToolConfig(format="chat_template")), tokenizer)
         except ChatTemplateError as e:
             raise ConfigError(f"--chat-tools: {e}") from e
-        tools = [TOOL_SCHEMA]
     report = inspect_dataset(
         args.src,
         tokenizer=tokenizer,

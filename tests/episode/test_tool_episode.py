@@ -349,7 +349,9 @@ def test_retool_call_shaping_lifts_wrong_answers_by_their_calls(tok, data):
     validation (`unshaped`) reads the verifier's score."""
     two_calls = Scripted(["<code>print(6)</code>", "<code>print(7)</code>", "Answer: 41"])
     five_calls = Scripted(["<code>print(1)</code>"] * 5 + ["Answer: 41"])
-    not_run = Scripted(["<code></code>", "<code>print(1)</code>", "<code>print(2)</code>"] + ["<code>1</code>"] * 3)
+    not_run = Scripted(
+        ["<code></code>", "<code>print(1)</code>", "<code>print(2)</code>"] + ["<code>1</code>"] * 3
+    )
     right = Scripted(["<code>print(6 * 7)</code>", "Answer: 42"])
     cfg = _cfg("algorithm.overlong_buffer.enable=false", "episode.tool.call_shaping.enable=true",
                "episode.tool.max_calls=5")  # fmt: skip

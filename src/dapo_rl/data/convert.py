@@ -412,7 +412,8 @@ def inspect_dataset(
     }
     if tokenizer is not None and prompts:
         lengths = sorted(
-            len(ids) for ids in encode_prompts(tokenizer, [render_prompt(tokenizer, p, tools) for p in prompts])
+            len(ids)
+            for ids in encode_prompts(tokenizer, [render_prompt(tokenizer, p, tools) for p in prompts])
         )
         report["prompt_tokens"] = {f"p{q}": _percentile(lengths, q) for q in (50, 90, 99)} | {
             "max": lengths[-1]

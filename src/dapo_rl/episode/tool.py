@@ -260,7 +260,14 @@ class ToolEpisode(Episode):
         if t.call_shaping.enable:
             shaping = partial(tool_call_shaping, per_call=t.call_shaping.per_call, cap=t.call_shaping.cap)
         return cls(
-            scorer, runner, tokenizer, fmt, t.max_calls, t.max_output_tokens, t.timeout_s, call_shaping=shaping
+            scorer,
+            runner,
+            tokenizer,
+            fmt,
+            t.max_calls,
+            t.max_output_tokens,
+            t.timeout_s,
+            call_shaping=shaping,
         )
 
     # ------------------------------------------------------------------------------------------------ the loop
