@@ -69,7 +69,7 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         load_spec(str(bad))
     with pytest.raises(
         ConfigError,
-        match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, tool_shaping, zero_waste",
+        match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, zero_waste",
     ):
         load_spec("ladderr")
     bad.write_text(

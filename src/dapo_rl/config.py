@@ -480,25 +480,6 @@ TOOL_FORMATS = ("tags", "chat_template")
 
 
 @dataclass
-class CallShapingConfig:
-    """The shaping of wrong answers by tool use in verl's ReTool recipe (`recipe/retool/retool.py`,
-    `compute_score`): a score below 0 becomes `min(cap, score + per_call * calls)`, counting the calls that reached
-    the sandbox, so a wrong trajectory that ran the tool loses less than one that did not
-    (`dapo_rl.reward.shaping.tool_call_shaping`). Other scores are kept."""
-
-    enable: bool = False
-    per_call: float = 0.1
-    """Added per call that ran (verl: `(num_turns - 2) / 2 * 0.1`, an assistant turn and a tool reply per call)."""
-    cap: float = -0.6
-    """The most a shaped answer can score (verl's recipe from 2025-08-22; at 0 before)."""
-
-    def check(self) -> None:
-        """Raises ConfigError: a negative `per_call`, or a `cap` outside [-1, 1] (the verifier's scale)."""
-        check_number("episode.tool.call_shaping.per_call", self.per_call, ge=0)
-        check_number("episode.tool.call_shaping.cap", self.cap, ge=-1, le=1)
-
-
-@dataclass
 class ToolConfig:
     """`episode.name: tool`: multi-turn rollouts in which the model runs Python in the sandbox (ReTool, arXiv
     2504.11536; `dapo_rl.episode.tool`)."""
@@ -531,12 +512,6 @@ class ToolConfig:
     """Opens the tool's output (ReTool's `<interpreter>`)."""
     output_end: str = RETOOL_TAGS[3]
     """Closes it (`</interpreter>`)."""
-    mask_void_turns: bool = False
-    """SimpleTIR's filter (arXiv 2509.02479, `mask_void_turns`): a trajectory with a void turn, a malformed call or a
-    last turn with neither a closed call nor a final answer (`dapo_rl.episode.records.Rollout.void_turn`), gets no
-    gradient; its group's advantages still count it, as in SimpleTIR. `tool/void_turn_ratio` is logged either way."""
-    call_shaping: CallShapingConfig = field(default_factory=CallShapingConfig)
-    """ReTool's shaping of wrong answers by their tool calls (`CallShapingConfig`)."""
 
     def check(self) -> None:
         """Raises ConfigError: a bound outside its range, or an empty tag."""
@@ -554,7 +529,6 @@ class ToolConfig:
                 f"episode.tool.num_workers={self.num_workers} must be >= 1 and <= {MAX_REWARD_WORKERS}"
             )
         _choice(self.format, TOOL_FORMATS, "episode.tool.format")
-        self.call_shaping.check()
         for key in ("call_start", "call_end", "output_start", "output_end"):
             if not getattr(self, key).strip():
                 raise ConfigError(f"episode.tool.{key} is empty")

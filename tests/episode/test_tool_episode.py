@@ -6,16 +6,14 @@ engine is a scripted `RolloutEngine` (its turns are fixed texts, so that every c
 from dataclasses import replace
 
 import pytest
-import torch
 
 from dapo_rl.collect.loop import filter_groups
 from dapo_rl.collect.stats import GenerationSums
-from dapo_rl.config import ConfigError, load_config
+from dapo_rl.config import load_config
 from dapo_rl.data import PromptDataset, Sample
 from dapo_rl.episode import PromptGroup, Rollout, Scorer, ToolEpisode, build_episode
 from dapo_rl.episode.tool import ToolFormat, extract_code, render_output
 from dapo_rl.models.tiny import build_tiny_tokenizer
-from dapo_rl.reward.shaping import tool_call_shaping
 from dapo_rl.rollout.base import GenerationOutput, RolloutEngine, SamplingParams
 
 EOS = 256  # the tiny tokenizer's eos; ids 0-255 are the bytes
@@ -343,37 +341,6 @@ def test_a_round_the_sandbox_voided_is_named_when_dynamic_sampling_gives_up(tok,
     assert group_outcomes([void, PromptGroup((1, 1), [a, b])]) == [(1, 2, 2)]
 
 
-def test_retool_call_shaping_lifts_wrong_answers_by_their_calls(tok, data):
-    """`episode.tool.call_shaping` (verl's ReTool `compute_score`): a wrong answer after k calls that ran scores
-    min(-0.6, -1 + 0.1 k); a malformed call and a call past the budget do not count; a right answer keeps +1;
-    validation (`unshaped`) reads the verifier's score."""
-    two_calls = Scripted(["<code>print(6)</code>", "<code>print(7)</code>", "Answer: 41"])
-    five_calls = Scripted(["<code>print(1)</code>"] * 5 + ["Answer: 41"])
-    not_run = Scripted(
-        ["<code></code>", "<code>print(1)</code>", "<code>print(2)</code>"] + ["<code>1</code>"] * 3
-    )
-    right = Scripted(["<code>print(6 * 7)</code>", "Answer: 42"])
-    cfg = _cfg("algorithm.overlong_buffer.enable=false", "episode.tool.call_shaping.enable=true",
-               "episode.tool.max_calls=5")  # fmt: skip
-    params = SamplingParams(n=1, max_tokens=600)
-    with build_episode(cfg, tok) as episode:
-        [[r2]], _ = episode.sample(two_calls, data, [1], params)
-        [[r5]], _ = episode.sample(five_calls, data, [1], params)
-        [[nr]], _ = episode.sample(not_run, data, [1], params)
-        [[ok]], _ = episode.sample(right, data, [1], params)
-        [[plain]], _ = episode.unshaped().sample(two_calls, data, [1], params)
-    assert (r2.score, r5.score, nr.score, ok.score, plain.score) == (-1.0, -1.0, -1.0, 1.0, -1.0)
-    assert r2.tool_calls == ["ok", "ok"] and len(r5.tool_calls) == 5
-    assert nr.tool_calls == ["malformed", "ok", "ok", "ok", "ok", "over_budget"]
-    assert r2.reward == pytest.approx(-0.8) and r5.reward == pytest.approx(-0.6)
-    assert nr.reward == pytest.approx(-0.6)  # 4 calls ran: -1 + 0.4, at the cap
-    assert ok.reward == 1.0 and plain.reward == -1.0
-    assert tool_call_shaping(-1.0, 1) == pytest.approx(-0.9) and tool_call_shaping(0.5, 3) == 0.5
-    assert tool_call_shaping(-1.0, 20, cap=0.0) == 0.0  # verl's first cap
-    with pytest.raises(ConfigError, match="call_shaping.cap"):
-        _cfg("episode.tool.call_shaping.cap=2")
-
-
 def test_void_turns_by_simpletirs_definition(tok, data):
     """`Rollout.void_turn`: a malformed call, or a last turn with neither a closed call nor a final answer; a closed
     call is not void, past the budget or with no room left to run it. The metric counts them
@@ -400,27 +367,3 @@ def test_void_turns_by_simpletirs_definition(tok, data):
     stats = GenerationSums.of([PromptGroup((1, 0), rollouts)]).stats(0, 1, 1)
     assert stats["tool/void_turn_ratio"] == 3 / 7
     assert stats["tool/malformed_rate"] == 1 / 7 and stats["tool/code_error_rate"] == 1 / 7
-
-
-def test_mask_void_turns_takes_the_trajectory_out_of_the_loss_not_out_of_its_group(tok, data):
-    """SimpleTIR's filter (`episode.tool.mask_void_turns`): the void trajectory's row has no loss tokens; the
-    advantages are the same with and without it (its reward still counts in its group's mean and sd)."""
-    from dapo_rl.collect import make_train_batch
-
-    with build_episode(_cfg(), tok) as episode:
-        [right], _ = episode.sample(Scripted(["<code>print(6 * 7)</code>", "Answer: 42"]), data, [1],
-                                    SamplingParams(n=2, max_tokens=300))  # fmt: skip
-        [[void]], _ = episode.sample(Scripted(["<code>print(6 * 7)</code>", "Hmm."]), data, [1],
-                                     SamplingParams(n=1, max_tokens=300))  # fmt: skip
-    group = [right[0], right[1], replace(void, sample_idx=2)]
-    assert [r.void_turn for r in group] == [False, False, True]
-    batches = {}
-    for mask in ("false", "true"):
-        cfg = _cfg(f"episode.tool.mask_void_turns={mask}", "rollout.n=3", "actor.shuffle=false",
-                   "actor.ppo_mini_batch_size=1")  # fmt: skip
-        batches[mask] = make_train_batch([PromptGroup((1, 0), group)], cfg, tok.pad_token_id, step=1)
-    off, on = batches["false"], batches["true"]
-    assert torch.equal(off.advantages, on.advantages) and float(off.advantages[2]) < 0
-    model_tokens = [sum(r.loss_mask) for r in group]
-    assert off.response_mask.sum(1).tolist() == model_tokens
-    assert on.response_mask.sum(1).tolist() == [*model_tokens[:2], 0]

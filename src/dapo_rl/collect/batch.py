@@ -62,8 +62,6 @@ def make_train_batch(
     adv = estimator(scores, gidx, norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo)
     truncated = torch.tensor([x.truncated for x in rollouts])
     loss_mask = ~truncated if cfg.algorithm.overlong_filtering else torch.ones_like(truncated)
-    if cfg.episode.tool.mask_void_turns:  # SimpleTIR's filter: counted in its group's advantages, no gradient
-        loss_mask &= ~torch.tensor([x.void_turn for x in rollouts])
     order = None
     if cfg.actor.shuffle:
         order = torch.randperm(

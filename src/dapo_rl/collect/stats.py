@@ -207,7 +207,7 @@ class GenerationSums:
         (the model's turns), the share that called the tool, and per call the rates of code errors,
         sandbox errors, timeouts, cut outputs and malformed calls (also counted in `tool/code_error_rate`);
         `tool/void_ratio` the share of responses the sandbox voided (they do not train), `tool/void_turn_ratio` the
-        share with a void turn (`Rollout.void_turn`; they do not train under `episode.tool.mask_void_turns`)."""
+        share with a void turn in SimpleTIR's sense (`Rollout.void_turn`)."""
         t, c = self.tool_trajectories, max(self.tool_calls, 1.0)
         return {
             "tool/calls_per_trajectory": self.tool_calls / t,

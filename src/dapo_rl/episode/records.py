@@ -43,8 +43,7 @@ class Rollout:
         status: `ok`, `error` (the verifier raised), `timeout` (it was killed) or `refused` (the answer was outside
             its task's answer grammar, `dapo_rl.reward.answer_grammar`); `unknown` for a generations.jsonl line
             written before the field (`from_record`).
-        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty (+ a
-            tool episode's `episode.tool.call_shaping`).
+        reward: the shaped score the advantages use: `score` + overlong penalty (Eq. 13) + repetition penalty.
         response_length: tokens in the response (kept when a record is read back without its token ids).
         model_length: the response tokens the model sampled (`loss_mask` 1; `response_length` without a mask).
         vote: the answer this response votes for in maj@k: the first answer of its problem that the verifier judges
@@ -60,8 +59,8 @@ class Rollout:
             complete code block nor a final answer): a `malformed` call, or a last turn that closed no call and
             holds no final answer ("Answer:" line or box, `dapo_rl.reward.extract.extract_final_answer`), as when
             it was cut at the length limit. A closed call (over the budget, or with no room left to run) is not
-            void. `episode.tool.mask_void_turns` keeps such trajectories out of the loss
-            (`dapo_rl.collect.batch.make_train_batch`).
+            void. Counted in `tool/void_turn_ratio`; they train as any other (SimpleTIR's filter of them did not
+            help here: docs/tools.md).
     """
 
     sample: Sample

@@ -19,9 +19,9 @@ itself failed on (`sandbox_error`, not the program's fault) leaves its trajector
 (`dapo_rl.collect.loop.filter_groups`) and it is counted apart (`tool/sandbox_error_rate`), so an overloaded sandbox
 does not teach the model that tools fail (SandboxFusion #67, verl #3478).
 
-Two options from the papers, off by default: ReTool's shaping of a wrong answer by its calls
-(`episode.tool.call_shaping`, applied here after the verifier) and SimpleTIR's filter of trajectories with a void
-turn (`episode.tool.mask_void_turns`, `Rollout.void_turn`, applied where the batch is built).
+`Rollout.void_turn` marks SimpleTIR's void turns (`tool/void_turn_ratio`). Its filter of such trajectories and
+ReTool's shaping of wrong answers by their calls were measured on tiny_python_tool and did not help (docs/tools.md,
+"Shaping and filtering"); they are not options.
 """
 
 from __future__ import annotations
@@ -30,23 +30,19 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from functools import cached_property
 
 from dapo_rl.data.solutions import RETOOL_TAGS, tool_output_text
 from dapo_rl.episode.base import Episode, register_episode
 from dapo_rl.episode.records import Rollout
 from dapo_rl.episode.single_turn import Scorer
 from dapo_rl.reward.extract import extract_final_answer
-from dapo_rl.reward.shaping import tool_call_shaping
 from dapo_rl.rollout.seeds import turn_seed
 
 TOOL_STATUSES = ("ok", "error", "timeout", "killed", "sandbox_error", "malformed", "over_budget")
 """What one call came to (`Rollout.tool_calls`): the sandbox's statuses (`dapo_rl.sandbox.ProgramResult.status`),
 `malformed` (no code between the tags, or an empty block: not run) and `over_budget` (a call after `max_calls`: not
 run)."""
-
-NOT_RUN = ("malformed", "over_budget")
-"""The call statuses whose program never reached the sandbox."""
 
 CUT_MARK = "\n...\n"
 """What stands where the middle of a long output was cut."""
@@ -204,9 +200,6 @@ class ToolEpisode(Episode):
     max_output_tokens: int = 256
     timeout_s: float = 10.0
     owns_pool: bool = True
-    call_shaping: Callable[[float, int], float] | None = None
-    """`(score, calls that ran) -> shaped score` (`episode.tool.call_shaping`, verl's ReTool recipe), or None for
-    none; added to `Rollout.reward` with the other shaping."""
     tool_seconds: float = 0.0
     """Wall-clock seconds spent in the sandbox so far."""
 
@@ -256,19 +249,7 @@ class ToolEpisode(Episode):
             log=log,
             model_only=True,
         )
-        shaping = None
-        if t.call_shaping.enable:
-            shaping = partial(tool_call_shaping, per_call=t.call_shaping.per_call, cap=t.call_shaping.cap)
-        return cls(
-            scorer,
-            runner,
-            tokenizer,
-            fmt,
-            t.max_calls,
-            t.max_output_tokens,
-            t.timeout_s,
-            call_shaping=shaping,
-        )
+        return cls(scorer, runner, tokenizer, fmt, t.max_calls, t.max_output_tokens, t.timeout_s)
 
     # ------------------------------------------------------------------------------------------------ the loop
     def sample(self, engine, dataset, indices: Sequence[int], params, *, overlap: bool = False):
@@ -314,10 +295,6 @@ class ToolEpisode(Episode):
             for k in range(len(indices))
         ]
         self.scorer([r for g in groups for r in g], budget)
-        if self.call_shaping is not None:
-            for r in (r for g in groups for r in g):
-                ran = sum(c not in NOT_RUN for c in r.tool_calls)
-                r.reward += self.call_shaping(r.score, ran) - r.score
         return groups, gen_s
 
     def _answer_calls(self, live: list[_Trajectory], budget: int) -> None:
@@ -410,7 +387,7 @@ class ToolEpisode(Episode):
     # ------------------------------------------------------------------------------------------------ the rest
     def unshaped(self) -> ToolEpisode:
         scorer = Scorer(self.scorer.tokenizer, self.scorer.pool, log=self.scorer.log, model_only=True)
-        return replace(self, scorer=scorer, owns_pool=False, call_shaping=None, tool_seconds=0.0)
+        return replace(self, scorer=scorer, owns_pool=False, tool_seconds=0.0)
 
     @property
     def pool(self):

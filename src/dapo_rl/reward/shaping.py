@@ -68,25 +68,3 @@ def repetition_penalty(
     """`-factor * repetition_fraction(...)`: the amount added to a response's score (MiroMind-M1's repetition
     penalty); 0 for a response without loops."""
     return -factor * repetition_fraction(token_ids, min_repeats, max_period, min_tokens)
-
-
-def tool_call_shaping(score: float, calls: int, per_call: float = 0.1, cap: float = -0.6) -> float:
-    """The shaping of a wrong answer by its tool calls in verl's ReTool recipe (`recipe/retool/retool.py`,
-    `compute_score`; the ReTool paper itself trains on the outcome reward alone): `min(cap, score + per_call * calls)`
-    when `score < 0`, else `score`.
-
-    verl counts `num_turns` (the prompt, each assistant turn, each tool reply that fit the context) and adds
-    `(num_turns - 2) / 2 * 0.1`: 0.1 per tool reply. Its recipe caps the result at -0.6 (from 2025-08-22; at 0
-    before).
-
-    Args:
-        score: the verifier's score (DAPO's +-1 scale; a partial credit >= 0 is left alone, as in verl).
-        calls: the trajectory's calls that reached the sandbox (`ToolEpisode` leaves out `malformed` ones and a call
-            past the budget, which verl never parses).
-        per_call: added per call (>= 0).
-        cap: the most a shaped answer can score.
-
-    Returns:
-        The shaped score (a float).
-    """
-    return min(cap, score + per_call * calls) if score < 0 else score
