@@ -478,10 +478,16 @@ def _data(args) -> int:
         )
         print("\n".join(summary.lines()))
         return 0
-    given = {"--max-prompt-length": args.max_prompt_length is not None, "--chat-tools": args.chat_tools}
-    for flag in (f for f, on in given.items() if on):
-        if args.tokenizer is None:
-            raise ConfigError(f"{flag} needs --tokenizer (prompt lengths are counted in its tokens)")
+    given = [
+        f
+        for f, on in (
+            ("--max-prompt-length", args.max_prompt_length is not None),
+            ("--chat-tools", args.chat_tools),
+        )
+        if on
+    ]
+    if given and args.tokenizer is None:
+        raise ConfigError(f"{given[0]} needs --tokenizer (prompt lengths are counted in its tokens)")
     tokenizer = None
     if args.tokenizer == "embedded":
         from dapo_rl.models.tiny import build_tiny_tokenizer
