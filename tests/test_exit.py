@@ -202,7 +202,7 @@ def test_weights_go_to_all_engines_at_once(model_dir):
         engines.update_weights(tensors)
         took = time.monotonic() - t0
         print(f"push of 4 tensors to 2 engines at 0.25 s per tensor each: {took:.2f} s")
-        assert 1.0 <= took < 1.7
+        assert 1.0 <= took < 1.9  # one engine after the other would take 2.0 s at least
     finally:
         engines.close()
 
