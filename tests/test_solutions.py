@@ -79,8 +79,9 @@ def test_sft_settings_are_checked_and_the_default_cache_name_is_unchanged():
         load_config(None, ["sft.steps_fraction=1.5"])
     # settings added later keep the older embedded model's cache key when left at their defaults
     assert embedded_model_dir(load_config("tiny_chain_sum").sft).name == "tiny-chain_sum-35bf67648b14"
-    # the tool warm-up's key changed when it stopped training on the tool's output (2026-12-06)
-    assert embedded_model_dir(load_config("tiny_python_tool").sft).name == "tiny-chain_sum-d2966bf8807a"
+    # the tool warm-up's key changed when it stopped training on the tool's output (2026-12-06, d2966bf8807a) and
+    # when its operands went from 4-5 digits to 4 (2026-12-07)
+    assert embedded_model_dir(load_config("tiny_python_tool").sft).name == "tiny-chain_sum-9f6aa02db47f"
     steps = load_config("tiny_chain_steps").sft
     assert steps.completion == "mixed" and embedded_model_dir(steps) != embedded_model_dir(
         load_config("tiny_chain_sum").sft
