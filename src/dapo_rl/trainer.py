@@ -1052,6 +1052,7 @@ class Trainer:
             ("train/reward_mean", "reward", "{:+.3f}"),
             ("train/response_length_mean", "len", "{:.1f}"),
             ("train/entropy", "entropy", "{:.3f}"),
+            ("tool/used_ratio", "tool", "{:.3f}"),  # tool runs: the share of trajectories that called it
             ("train/kept_groups", "kept", "{}"),
             ("train/num_gen_batches", "gen_batches", "{}"),
             ("async/staleness_mean", "stale", "{:.2f}"),

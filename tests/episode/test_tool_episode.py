@@ -367,3 +367,18 @@ def test_void_turns_by_simpletirs_definition(tok, data):
     stats = GenerationSums.of([PromptGroup((1, 0), rollouts)]).stats(0, 1, 1)
     assert stats["tool/void_turn_ratio"] == 3 / 7
     assert stats["tool/malformed_rate"] == 1 / 7 and stats["tool/code_error_rate"] == 1 / 7
+
+
+def test_the_step_line_of_a_tool_run_shows_its_tool_use():
+    from dapo_rl.trainer import Trainer
+
+    row = {
+        "step": 3,
+        "train/acc_mean": 0.5,
+        "train/entropy": 0.0625,
+        "tool/used_ratio": 0.75,
+        "time/step_s": 2.0,
+    }
+    assert Trainer._format(row) == "step 3  acc 0.500  entropy 0.062  tool 0.750  step_s 2.00"
+    del row["tool/used_ratio"]  # a run without the tool: no tool column
+    assert Trainer._format(row) == "step 3  acc 0.500  entropy 0.062  step_s 2.00"
