@@ -302,7 +302,8 @@ class ProgramRunner:
         ``isolation``, ``disk``: docs/sandbox.md says what each covers)."""
         self.missing: list[str] = []
         """The layers the OS did not give, one line each with the reason (empty when all are in place)."""
-        self._max_line = 12 * limits.output_bytes + (1 << 16)  # JSON escapes: at most 6 bytes per byte kept
+        self._call_limits: list[ProgramLimits] = []
+        """The limits of each program of the call in progress (`run`'s, else the runner's)."""
         self._slots: list[_Template | None] = []
         self._failures: list[int] = []
         self._why = ""
@@ -353,30 +354,43 @@ class ProgramRunner:
             if t is not None:
                 t.stop()
 
-    def run(self, programs: Sequence[str], stdin: Sequence[str] | None = None) -> list[ProgramResult]:
+    def run(
+        self,
+        programs: Sequence[str],
+        stdin: Sequence[str] | None = None,
+        limits: ProgramLimits | Sequence[ProgramLimits] | None = None,
+    ) -> list[ProgramResult]:
         """Run each program (Python source) with its stdin; results in the programs' order. Never raises on what a
         program does.
 
         Args:
             programs: Python source texts.
             stdin: one standard input per program (UTF-8 text); None: empty.
+            limits: this call's limits instead of the runner's, one for all programs or one per program (a code
+                reward's wall time grows with its tests); None: the runner's.
 
         Returns:
             One `ProgramResult` per program.
 
         Raises:
-            ValueError: `stdin` is not as long as `programs`.
+            ValueError: `stdin` or `limits` is not as long as `programs`.
             RuntimeError: the runner is closed.
         """
         if stdin is not None and len(stdin) != len(programs):
             raise ValueError(f"{len(stdin)} stdin texts for {len(programs)} programs")
+        if limits is None or isinstance(limits, ProgramLimits):
+            per = [self.limits if limits is None else limits] * len(programs)
+        else:
+            per = list(limits)
+            if len(per) != len(programs):
+                raise ValueError(f"{len(per)} limits for {len(programs)} programs")
         if programs and not self._slots:
             raise RuntimeError("the program runner is closed")
-        limits = asdict(self.limits)
+        self._call_limits = per
         results: list[ProgramResult | None] = [None] * len(programs)
         pending = deque(range(len(programs)))
         requests = [
-            {"code": str(p), "stdin": "" if stdin is None else str(stdin[i]), "limits": limits}
+            {"code": str(p), "stdin": "" if stdin is None else str(stdin[i]), "limits": asdict(per[i])}
             for i, p in enumerate(programs)
         ]
         while pending or any(t is not None and t.job is not None for t in self._slots):
@@ -399,7 +413,7 @@ class ProgramRunner:
                     self._replace(i, f"the template took no request ({type(e).__name__})")
                     continue
                 t.job = idx
-                t.deadline = time.monotonic() + self.limits.wall_s + GRACE_S
+                t.deadline = time.monotonic() + self._call_limits[idx].wall_s + GRACE_S
         waiting = [t for t in self._slots if t is not None and (t.job is not None or not t.ready)]
         if not waiting:
             return any(t is not None for t in self._slots)
@@ -408,7 +422,7 @@ class ProgramRunner:
         for t in waiting:
             i = self._slots.index(t)
             try:
-                line = t.read_line(self._max_line) if t in readable else b""
+                line = t.read_line(self._max_line()) if t in readable else b""
             except ValueError as e:
                 self._fail(i, results, f"the sandbox template sent {e}")
                 continue
@@ -421,6 +435,13 @@ class ProgramRunner:
                 what = "answer" if t.ready else "start"
                 self._fail(i, results, f"the sandbox template did not {what} in time")
         return any(t is not None for t in self._slots)
+
+    def _max_line(self) -> int:
+        """The longest result line the current call's output cap allows (JSON escapes: at most 6 bytes per byte
+        kept, of stdout and of stderr)."""
+        return 12 * max((x.output_bytes for x in self._call_limits), default=self.limits.output_bytes) + (
+            1 << 16
+        )
 
     def _answer(self, i: int, line: bytes, results: list) -> None:
         t = self._slots[i]
@@ -437,7 +458,7 @@ class ProgramRunner:
                 return
             if t.job is None:
                 raise ValueError("an answer to no request")
-            results[t.job] = _result(obj, self.limits)
+            results[t.job] = _result(obj, self._call_limits[t.job])
             t.job = None
         except (ValueError, KeyError, TypeError) as e:
             self._fail(i, results, f"the sandbox template sent something malformed ({e})")
