@@ -393,3 +393,90 @@ def test_humaneval_from_the_wheel_canonical_solutions_pass_and_changed_ones_fail
     assert [r["acc"] for r in res] == [True] * len(problems) + [False] * len(problems), [
         (p["task_id"], r["code"]) for p, r in zip(problems + problems, res)
     ]
+
+
+# ---------------------------------------------------------------- the reward pool, the step's metrics, the config
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_reward_pool_routes_code_rows_to_the_code_reward(workers):
+    from dapo_rl.reward.pool import RewardPool, summarize
+
+    items = [
+        ("taco", block("def add(a, b):\n    return a + b"), json.dumps(ADD_CALLS), None),
+        ("math", "So the answer is\nAnswer: 42", "42", None),
+        ("code/tiny", block("print(0)"), json.dumps(SUM_STDIO), None),
+        ("HumanEval/0", block("def pair(a, b):\n    return (a, b)"), json.dumps(HUMANEVAL), None),
+    ]
+    with RewardPool("auto", workers, 5.0) as pool:
+        res = pool.score(items)
+    assert [r["score"] for r in res] == [1.0, 1.0, -1.0, 1.0]
+    assert [r.get("code", {}).get("outcome") for r in res] == ["pass", None, "wrong", "pass"]
+    rates = summarize(res)
+    assert rates["reward/code_compile_error_rate"] == 0.0 and rates["reward/error_rate"] == 0.0
+    assert rates["reward/code_pass_rate"] == (3 + 0 + 1) / (3 + 2 + 1)
+
+
+def test_reward_name_code_scores_every_row_as_code():
+    from dapo_rl.reward.pool import RewardPool
+
+    with RewardPool("code", 1, 5.0) as pool:
+        (res,) = pool.score(
+            [("gsm8k", block("def add(a, b):\n    return a + b"), json.dumps(ADD_CALLS), None)]
+        )
+    assert res["score"] == 1.0 and pool._sandbox is None  # no math workers started for a code run
+
+
+def test_the_step_logs_the_code_outcomes_and_a_sandbox_error_voids_its_group():
+    from dapo_rl.collect.stats import GenerationSums
+    from dapo_rl.data.dataset import Sample
+    from dapo_rl.episode.records import PromptGroup, Rollout
+
+    sample = Sample("t:0", "taco", [{"role": "user", "content": "q"}], "{}")
+    outcomes = [
+        "pass",
+        "compile_error",
+        "timeout",
+        "sandbox_error",
+        "wrong",
+        "no_code",
+        "runtime_error",
+        "wrong",
+    ]
+    rs = [
+        Rollout(sample, 0, j, code=o, code_hacks=["exit"] if j == 6 else []) for j, o in enumerate(outcomes)
+    ]
+    stats = GenerationSums.of([PromptGroup((0, 0), rs)]).stats(1, 1, 1)
+    assert stats["reward/code_compile_error_rate"] == 1 / 8
+    assert stats["reward/code_timeout_rate"] == 1 / 8
+    assert stats["reward/code_sandbox_error_rate"] == 1 / 8
+    assert stats["reward/code_runtime_error_rate"] == 1 / 8
+    assert stats["reward/code_no_code_rate"] == 1 / 8
+    assert stats["reward/code_hack_rate"] == 1 / 8
+    assert [r.void for r in rs] == [o == "sandbox_error" for o in outcomes]
+    plain = GenerationSums.of([PromptGroup((0, 0), [Rollout(sample, 0, 0)])]).stats(1, 1, 1)
+    assert not any(k.startswith("reward/code_") for k in plain)
+
+
+def test_a_code_outcome_survives_generations_jsonl():
+    from dapo_rl.data.dataset import Sample
+    from dapo_rl.episode.records import Rollout
+
+    r = Rollout(Sample("t:0", "taco", [{"role": "user", "content": "q"}], "{}"), 0, 0, code="timeout")
+    r.code_hacks = ["exit"]
+    back = Rollout.from_record(json.loads(json.dumps(r.to_record("taco"))))
+    assert back.code == "timeout" and back.code_hacks == ["exit"]
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("reward.code.test_timeout_s=0", "reward.code.test_timeout_s"),
+        ("reward.code.memory_mib=8", "memory_mib"),
+    ],
+)
+def test_bad_code_limits_are_config_errors(override, key):
+    from dapo_rl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(None, [override])

@@ -383,6 +383,28 @@ class AlgorithmConfig:
 
 
 @dataclass
+class CodeRewardConfig:
+    """The code reward (`reward.name: code`, or `auto` on a code row: `dapo_rl.reward.code`)."""
+
+    pass_rate: bool = False
+    """Score the share of tests passed, `2 * passed / total - 1`, instead of DAPO's +1 only when every test passes
+    (Klear-Reasoner's soft reward, arXiv 2508.07629; DeepCoder keeps all-or-nothing). A HumanEval check counts as
+    one test; a recognised hack attempt scores -1 either way."""
+    test_timeout_s: float = 4.0
+    """Seconds per test: a standard-input run's wall and CPU time, one function call's time."""
+    total_timeout_s: float = 30.0
+    """Seconds all the function calls of one response may take together (its program is killed there)."""
+    memory_mib: int = 1024
+    """Address space of each program, MiB."""
+
+    def check(self) -> None:
+        """Limits within bounds (ConfigError naming the setting)."""
+        check_number("reward.code.test_timeout_s", self.test_timeout_s, gt=0, le=MAX_REWARD_TIMEOUT_S)
+        check_number("reward.code.total_timeout_s", self.total_timeout_s, gt=0, le=10 * MAX_REWARD_TIMEOUT_S)
+        check_number("reward.code.memory_mib", self.memory_mib, ge=64, le=1 << 20)
+
+
+@dataclass
 class RepetitionPenaltyConfig:
     """MiroMind-M1's repetition penalty: `-factor * (share of the response inside a repeating loop)`, added to the
     score (never to `acc`). See `dapo_rl.reward.shaping`."""
@@ -431,6 +453,7 @@ class RewardConfig:
     compete with it (and their time limits run on a wall clock), and off with `num_workers: 0` (a background thread
     has no time limit)."""
     repetition_penalty: RepetitionPenaltyConfig = field(default_factory=RepetitionPenaltyConfig)
+    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)
 
     def check(self, flags: dict[str, str] | None = None) -> None:
         """The section's own checks: a verifier that resolves, a time limit and a worker count within bounds.
@@ -460,6 +483,7 @@ class RewardConfig:
                 "reward.overlap=true scores in a background thread, where reward.num_workers=0 has no time limit "
                 "(SIGALRM only works on the main thread); set reward.num_workers >= 1 or reward.overlap=false"
             )
+        self.code.check()
 
 
 MAX_REWARD_TIMEOUT_S = 86400.0

@@ -205,7 +205,7 @@ def group_outcomes(groups: list[PromptGroup]) -> list[tuple[int, int, int]]:
 
 
 def is_void(group: PromptGroup) -> bool:
-    """The group has a `void` trajectory (the sandbox failed under one of its tool calls)."""
+    """The group has a `void` trajectory (the sandbox failed under one of its tool calls or code tests)."""
     return any(x.void for x in group.rollouts)
 
 
@@ -215,9 +215,9 @@ def void_hint(void_groups: int) -> str:
         return ""
     were = "group was" if void_groups == 1 else "groups were"
     return (
-        f" {void_groups} dropped {were} void, whatever the answers: the sandbox failed under a tool call "
-        "(tool/sandbox_error_rate), not the model; check the machine with `dapo sandbox -c 'print(1)'` or lower "
-        "episode.tool.num_workers."
+        f" {void_groups} dropped {were} void, whatever the answers: the sandbox failed under a tool call or a "
+        "code test (tool/sandbox_error_rate, reward/code_sandbox_error_rate), not the model; check the machine "
+        "with `dapo sandbox -c 'print(1)'` or lower episode.tool.num_workers / reward.num_workers."
     )
 
 

@@ -14,6 +14,9 @@ import torch
 
 from dapo_rl.episode.records import PromptGroup
 
+PRE_CODE_FIELDS = 26
+"""`GenerationSums` fields before the code reward's (2026-12-07): an `as_list` of that length reads with them 0."""
+
 
 @dataclass
 class GenerationSums:
@@ -47,6 +50,10 @@ class GenerationSums:
         tool_malformed: calls with no code between the tags (or, in the chat format, no readable call): `malformed`.
         tool_void_turns: responses with a void turn (SimpleTIR's: a malformed call, or a last turn with neither a
             call nor an answer; `Rollout.void_turn`).
+        code_responses: responses the code reward scored (`Rollout.code` set); the `reward/code_*` rates' count.
+        code_compile_errors, code_runtime_errors, code_timeouts, code_sandbox_errors, code_no_code: those with that
+            outcome (`dapo_rl.reward.code.CODE_OUTCOMES`; a sandbox error voids the response).
+        code_hacks: those with a recognised hack attempt (`Rollout.code_hacks`).
     """
 
     responses: float = 0.0
@@ -77,6 +84,13 @@ class GenerationSums:
     counts the same tokens where the engine returns log-probs; a served model's responses come without.)"""
     tool_malformed: float = 0.0
     tool_void_turns: float = 0.0
+    code_responses: float = 0.0
+    code_compile_errors: float = 0.0
+    code_runtime_errors: float = 0.0
+    code_timeouts: float = 0.0
+    code_sandbox_errors: float = 0.0
+    code_no_code: float = 0.0
+    code_hacks: float = 0.0
 
     @classmethod
     def of(cls, generated: list[PromptGroup], filtered_tokens: int = 0) -> GenerationSums:
@@ -111,6 +125,13 @@ class GenerationSums:
             tool_malformed=calls.count("malformed"),
             tool_void_turns=sum(x.void_turn for x in rs),
             model_tokens=sum(x.model_length for x in rs),
+            code_responses=sum(bool(x.code) for x in rs),
+            code_compile_errors=sum(x.code == "compile_error" for x in rs),
+            code_runtime_errors=sum(x.code == "runtime_error" for x in rs),
+            code_timeouts=sum(x.code == "timeout" for x in rs),
+            code_sandbox_errors=sum(x.code == "sandbox_error" for x in rs),
+            code_no_code=sum(x.code == "no_code" for x in rs),
+            code_hacks=sum(bool(x.code_hacks) for x in rs),
         )
 
     def __add__(self, other: GenerationSums) -> GenerationSums:
@@ -139,7 +160,8 @@ class GenerationSums:
     def from_state(cls, state: dict | list) -> GenerationSums:
         """`state` read back (a checkpoint from before the `tool_*` sums lacks them: 0; from before `model_tokens`,
         see the code); a positional list too
-        (`as_list`'s, or an older checkpoint's: 14 values, 13 from before `refused`).
+        (`as_list`'s, or an older checkpoint's: 26 values from before the code sums, 14 from before the tool sums,
+        13 from before `refused`).
 
         Raises:
             ValueError: a positional list of another length.
@@ -153,6 +175,8 @@ class GenerationSums:
         values = list(state)
         if len(values) == len(fields(cls)):
             return cls.from_list(values)
+        if len(values) == PRE_CODE_FIELDS:  # before the code reward's sums (appended last): 0
+            return cls.from_list(values + [0.0] * (len(fields(cls)) - PRE_CODE_FIELDS))
         if len(values) == 13:  # before `refused`: it stood just before the filtered tokens
             values = [*values[:-1], 0.0, values[-1]]
         if len(values) != 14:
@@ -198,6 +222,8 @@ class GenerationSums:
             out["train/token_prob_mean"] = self.token_prob / self.sampled_tokens
         if self.tool_trajectories:
             out |= self.tool_stats()
+        if self.code_responses:
+            out |= self.code_stats()
         if not n:
             out = {k: v for k, v in out.items() if k in STEP_COUNTS}
         return out
@@ -221,6 +247,20 @@ class GenerationSums:
             "tool/void_ratio": self.tool_void / t,
             "tool/malformed_rate": self.tool_malformed / c,
             "tool/void_turn_ratio": self.tool_void_turns / t,
+        }
+
+    def code_stats(self) -> dict:
+        """The code reward's `reward/code_*` rates over the responses it scored (docs/metrics.md): compile errors,
+        runtime errors, timeouts, sandbox errors (void: they do not train), responses without a code block, and
+        responses with a recognised hack attempt (`dapo_rl.reward.code.HACKS`)."""
+        c = self.code_responses
+        return {
+            "reward/code_compile_error_rate": self.code_compile_errors / c,
+            "reward/code_runtime_error_rate": self.code_runtime_errors / c,
+            "reward/code_timeout_rate": self.code_timeouts / c,
+            "reward/code_sandbox_error_rate": self.code_sandbox_errors / c,
+            "reward/code_no_code_rate": self.code_no_code / c,
+            "reward/code_hack_rate": self.code_hacks / c,
         }
 
 

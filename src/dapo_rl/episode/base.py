@@ -113,14 +113,18 @@ def reward_pool(reward: RewardConfig) -> RewardPool:
     Raises:
         ValueError: a bad verifier name, worker count or time limit; RuntimeError: a worker did not start.
     """
+    from dapo_rl.reward.code import CodeLimits
     from dapo_rl.reward.pool import RewardPool
 
+    code = reward.code
     return RewardPool(
         reward.name,
         reward.num_workers,
         reward.timeout_s,
         partial_credit=reward.partial_credit,
         lenient=reward.lenient,
+        code=CodeLimits(code.test_timeout_s, code.total_timeout_s, code.memory_mib),
+        code_pass_rate=code.pass_rate,
     )
 
 

@@ -61,6 +61,9 @@ class Rollout:
             it was cut at the length limit. A closed call (over the budget, or with no room left to run) is not
             void. Counted in `tool/void_turn_ratio`; they train as any other (SimpleTIR's filter of them did not
             help here: docs/tools.md).
+        code: the code reward's outcome (`dapo_rl.reward.code.CODE_OUTCOMES`: ``pass``, ``wrong``,
+            ``compile_error``, ...); empty: not scored by the code reward.
+        code_hacks: the recognised hack attempts in it (`dapo_rl.reward.code.HACKS`), each failing it.
     """
 
     sample: Sample
@@ -84,6 +87,8 @@ class Rollout:
     tool_turns: int = 0
     model_length: int = -1
     void_turn: bool = False
+    code: str = ""
+    code_hacks: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.response_length < 0:
@@ -99,9 +104,10 @@ class Rollout:
 
     @property
     def void(self) -> bool:
-        """The outcome says nothing about the policy: the sandbox failed under one of its tool calls (not the
-        program's fault). Its group does not train (`dapo_rl.collect.loop.filter_groups`)."""
-        return bool(self.tool_calls) and "sandbox_error" in self.tool_calls
+        """The outcome says nothing about the policy: the sandbox failed under one of its tool calls, or under
+        the code reward's programs (not the program's fault). Its group does not train
+        (`dapo_rl.collect.loop.filter_groups`)."""
+        return self.code == "sandbox_error" or (bool(self.tool_calls) and "sandbox_error" in self.tool_calls)
 
     def sampled_logprobs(self) -> list[float]:
         """The log-probs of the tokens the model sampled (`loss_mask` 1), in order."""
@@ -120,6 +126,8 @@ class Rollout:
             if self.tool_calls is None
             else {"tool_calls": self.tool_calls, "model_length": self.model_length}
         )
+        if self.code:
+            tool |= {"code": self.code, "code_hacks": list(self.code_hacks)}
         return tool | {
             "dataset": dataset,
             "problem_idx": self.problem_idx,
@@ -201,6 +209,8 @@ class Rollout:
             status=str(r.get("status", "unknown")),  # lines written before 2026-12-06 lack it
             tool_calls=r.get("tool_calls"),
             model_length=int(r.get("model_length", r["response_length"])),
+            code=str(r.get("code", "")),
+            code_hacks=list(r.get("code_hacks", [])),
         )
 
 

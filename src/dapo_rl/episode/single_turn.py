@@ -93,6 +93,9 @@ class Scorer:
                 if res.get("refused")
                 else "ok"
             )
+            code = res.get("code")
+            if isinstance(code, dict):  # the code reward's outcome and recognised hack attempts
+                r.code, r.code_hacks = str(code.get("outcome", "")), [str(h) for h in code.get("hacks", [])]
             r.reward = r.score
             if r.status == "error" and self.log is not None and not self._reported:
                 self._reported = True

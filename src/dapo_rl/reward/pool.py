@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dapo_rl.reward.result import WRONG_SCORE, ScoreResult, timeout_result
-from dapo_rl.reward.score import compute_score, evaluates_text, resolve_verifier
+from dapo_rl.reward.score import compute_score, evaluates_text, resolve_verifier, routes_to_code
 from dapo_rl.sandbox.workers import WorkerPool
 
 PRELOAD = [
@@ -94,6 +94,12 @@ class RewardPool:
         timeout_s: seconds one answer may take, including the verifier's own limits; past it the worker is killed.
         partial_credit: reasoning-gym's partial credit instead of DAPO's ±1 (`reward.partial_credit`).
         lenient: the `math` verifier's evaluation-harness leniency (`reward.lenient`).
+        code: the code reward's limits (`dapo_rl.reward.code.CodeLimits`, from `reward.code`); None: its defaults.
+        code_pass_rate: the code reward scores the share of tests passed (`reward.code.pass_rate`).
+
+    Items that go to the code reward (`reward.name: code`, or `auto` on a code row) are scored in this process by a
+    `dapo_rl.reward.code.CodeScorer` started on first need: its programs run in the program sandbox (`num_workers`
+    of them side by side, at least one) and its verdicts are taken here, from their data.
 
     Use as a context manager or call `close()`.
 
@@ -112,6 +118,8 @@ class RewardPool:
         *,
         partial_credit: bool = False,
         lenient: bool = False,
+        code=None,
+        code_pass_rate: bool = False,
     ):
         if num_workers < 0:
             raise ValueError(f"reward.num_workers={num_workers} must be >= 0")
@@ -122,7 +130,9 @@ class RewardPool:
         self.options = {"partial_credit": partial_credit, "lenient": lenient}
         self._sandbox: WorkerPool[ScoreResult] | None = None
         self._confined: RewardPool | None = None  # num_workers=0: the worker for items that evaluate text
-        if num_workers > 0:
+        self._code_limits, self._code_pass_rate = code, code_pass_rate
+        self._code = None  # the code reward's CodeScorer, started on first need
+        if num_workers > 0 and verifier != "code":
             self._sandbox = WorkerPool(
                 functools.partial(_score_item, verifier=verifier, timeout_s=timeout_s),
                 num_workers,
@@ -145,6 +155,9 @@ class RewardPool:
         try:
             if self._sandbox is not None:
                 self._sandbox.close()
+            if self._code is not None:
+                self._code.close()
+                self._code = None
         finally:
             if self._confined is not None:
                 self._confined.close()
@@ -168,6 +181,26 @@ class RewardPool:
             RuntimeError: a replacement worker did not start.
         """
         options = self.options if lenient is None else {**self.options, "lenient": lenient}
+        code = [i for i, item in enumerate(items) if routes_to_code(self.verifier, item[0])]
+        if not code:
+            return self._score_rest(items, options)
+        results: list[ScoreResult | None] = [None] * len(items)
+        for i, res in zip(code, self._code_scorer().score([(items[i][1], items[i][2]) for i in code])):
+            results[i] = res
+        rest = [i for i in range(len(items)) if results[i] is None]
+        for i, res in zip(rest, self._score_rest([items[i] for i in rest], options) if rest else []):
+            results[i] = res
+        return results  # type: ignore[return-value]
+
+    def _code_scorer(self):
+        if self._code is None:
+            from dapo_rl.reward.code import CodeLimits, CodeScorer
+
+            limits = self._code_limits if self._code_limits is not None else CodeLimits()
+            self._code = CodeScorer(max(1, self.num_workers), limits, pass_rate=self._code_pass_rate)
+        return self._code
+
+    def _score_rest(self, items: Sequence[ScoreItem], options: dict) -> list[ScoreResult]:
         if self._sandbox is None:
             return self._score_here(items, options)
         return self._sandbox.run(items, options)
@@ -193,7 +226,10 @@ class RewardPool:
 
 def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """`reward/error_rate` (verifier errors, timeouts excluded), `reward/timeout_rate` and `reward/refused_rate`
-    (answers outside their task's grammar) of a batch."""
+    (answers outside their task's grammar) of a batch, and the code reward's `reward/code_*` rates when it scored
+    any (`dapo_rl.reward.code.code_summary`)."""
+    from dapo_rl.reward.code import code_summary
+
     n = max(len(results), 1)
     refused = sum(1 for r in results if r.get("refused"))
     timeouts = sum(1 for r in results if r.get("timeout"))
@@ -202,4 +238,5 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         "reward/error_rate": errors / n,
         "reward/timeout_rate": timeouts / n,
         "reward/refused_rate": refused / n,
+        **code_summary(results),
     }

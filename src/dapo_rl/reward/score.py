@@ -7,10 +7,13 @@
 | `math` | final answer from the last "Answer:" line or `\\boxed{}`, cleaned, symbolic equivalence via math-verify (an unevaluated expression against a rational gold is wrong unless `lenient`) |
 | `math_dapo` | DAPO's published "Answer:" scorer, bit-compatible, quirks included (reproduces the paper's numbers) |
 | `reasoning_gym` | the task's own `score_answer` (+1 when fully right, else -1; its partial credit with `partial_credit`); the task is `reasoning_gym/<task>` in the name or the row's data source |
+| `code` | the response's last Python block run against the row's hidden tests in the sandbox (`dapo_rl.reward.code`; the reward pool scores these rows itself, with one sandbox for the run) |
 | `module:function` | a user function with verl's signature `(data_source, solution_str, ground_truth, extra_info)`, imported only when the config names it |
 
 `compute_score(data_source, ...)` picks by `verifier` (`reward.name` in the config) or, with `auto`, by the row's
-`data_source`: `reasoning_gym/<task>` rows go to reasoning-gym, everything else to `math`.
+`data_source`: `reasoning_gym/<task>` rows go to reasoning-gym, code rows (`is_code_source`: verl's `codecontests`,
+`apps`, `codeforces`, `taco`, and `humaneval`, `livecodebench`, `code/<task>`, ...) to `code`, everything else to
+`math`.
 """
 
 from __future__ import annotations
@@ -28,10 +31,48 @@ from dapo_rl.reward.result import ScoreResult, checked_result, error_result
 REASONING_GYM_PREFIX = "reasoning_gym/"
 """``data_source`` prefix of reasoning-gym rows; the rest is the task: ``"reasoning_gym/chain_sum"``."""
 
-VERIFIERS = ("auto", "math", "math_dapo", "reasoning_gym")
+VERIFIERS = ("auto", "math", "math_dapo", "reasoning_gym", "code")
 """Built-in verifier names (plus `reasoning_gym/<task>` and `module:function`)."""
 
+CODE_SOURCES = (
+    "codecontests",
+    "apps",
+    "codeforces",
+    "taco",
+    "humaneval",
+    "mbpp",
+    "livecodebench",
+    "primeintellect",
+    "deepcoder",
+    "leetcode",
+)
+"""``data_source`` values whose rows `auto` scores with the code reward (verl routes its first four to code
+execution; the rest name the code sets `dapo data convert` writes), besides any ``code/<task>``."""
+
+CODE_PREFIX = "code/"
+
 Verifier = Callable[..., ScoreResult]
+
+
+def is_code_source(data_source: str) -> bool:
+    """Whether `auto` scores a row of this ``data_source`` with the code reward (`CODE_SOURCES`, ``code/...``,
+    matched without case; ``HumanEval/12``-style names by their first part)."""
+    source = str(data_source).lower()
+    return source.startswith(CODE_PREFIX) or source.split("/")[0] in CODE_SOURCES
+
+
+def routes_to_code(verifier: str, data_source: str) -> bool:
+    """Whether an item goes to the code reward: `verifier` is `code`, or `auto` and the row is a code row."""
+    return verifier == "code" or (verifier == "auto" and is_code_source(data_source))
+
+
+def _code(solution_str: str, ground_truth: Any, extra_info=None, **_) -> ScoreResult:
+    """One response through a sandbox of its own (starting one costs about a second: the reward pool keeps one for
+    the run instead)."""
+    from dapo_rl.reward.code import score_code
+
+    (res,) = score_code([(solution_str, ground_truth)])
+    return res
 
 
 def _math(
@@ -97,6 +138,8 @@ def resolve_verifier(name: str) -> Verifier | None:
         return _math_dapo
     if name == "reasoning_gym":
         return _reasoning_gym
+    if name == "code":
+        return _code
     if name.startswith(REASONING_GYM_PREFIX):
         return partial(_reasoning_gym, task=name[len(REASONING_GYM_PREFIX) :])
     if ":" in name:
@@ -172,7 +215,8 @@ def compute_score(
 
     Args:
         data_source: the row's ``data_source`` (verl schema); selects the verifier when ``verifier`` is `auto`:
-            ``reasoning_gym/<task>`` -> reasoning-gym's own scorer, anything else -> `math`.
+            ``reasoning_gym/<task>`` -> reasoning-gym's own scorer, a code row (`is_code_source`) -> `code`,
+            anything else -> `math`.
         solution_str: the decoded response (prompt excluded).
         ground_truth: the row's ``reward_model.ground_truth`` (str, int or float).
         extra_info: the row's ``extra_info`` (reasoning-gym reads ``question`` and ``metadata`` from it).
@@ -200,6 +244,8 @@ def compute_score(
         if fn is None:
             if source.startswith(REASONING_GYM_PREFIX):
                 fn = partial(_reasoning_gym, task=source[len(REASONING_GYM_PREFIX) :])
+            elif is_code_source(source):
+                fn = _code
             else:
                 fn = _math
         options = {"timeout_s": timeout_s, "partial_credit": partial_credit, "lenient": lenient}
