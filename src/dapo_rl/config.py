@@ -63,7 +63,8 @@ class ReasoningGymConfig:
     """A procedurally generated reasoning-gym task used as a data source (when no files are given)."""
 
     task: str = "chain_sum"
-    """reasoning-gym dataset name (`reasoning_gym.create_dataset(task, ...)`)."""
+    """reasoning-gym dataset name (`reasoning_gym.create_dataset(task, ...)`), or a project task
+    (`dapo_rl.data.code_tasks.PROJECT_TASKS`: `tiny_functions`, the `tiny_code` recipe's)."""
     size: int = 20000
     """Number of generated problems."""
     seed: int = 0
@@ -959,9 +960,12 @@ class SFTConfig:
     warm-up with a spread of response lengths for RL to move along; `tool` (a Python call, its output, the answer:
     `<code>print(48213 - 9917 + 30466)</code>`, `<interpreter>` 68762 `</interpreter>`, `Answer: 68762`; chain_sum
     only) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer), for
-    `episode.name=tool`."""
+    `episode.name=tool`; `code` (a `tiny_functions` program in a Python block, `def f(x): return 3*x+5`) or
+    `code_mixed` (the program with probability `steps_fraction`, else a table of the shown examples, `return
+    {0:5,1:8,2:11}[x]`, which the hidden tests fail), for `reward.name=code`."""
     steps_fraction: float = 0.5
-    """Share of worked-step targets with `completion=mixed`, of tool traces with `completion=tool_mixed`."""
+    """Share of worked-step targets with `completion=mixed`, of tool traces with `completion=tool_mixed`, of
+    programs with `completion=code_mixed`."""
     autocast_dtype: str = "none"
     """`none`, `bfloat16` or `auto` (bf16 where it measures faster), as `actor.autocast_dtype`."""
     attn_implementation: str = "sdpa"

@@ -204,7 +204,8 @@ def load_samples(
 def reasoning_gym_samples(
     task: str, size: int, seed: int, params: dict | None = None, strip_instruction: bool = False
 ) -> list[Sample]:
-    """Generate a reasoning-gym task as `Sample`s (`data_source` = `reasoning_gym/<task>`).
+    """Generate a reasoning-gym task as `Sample`s (`data_source` = `reasoning_gym/<task>`), or one of the project's
+    own tasks (`dapo_rl.data.code_tasks.PROJECT_TASKS`: `tiny_functions`, `data_source` = `code/<task>`).
 
     The ground truth is the task's reference answer; `extra_info` carries the question and the JSON-safe metadata
     that reasoning-gym's own `score_answer` needs.
@@ -212,6 +213,10 @@ def reasoning_gym_samples(
     Raises:
         DataError: unknown task or bad parameters (reasoning-gym's message included).
     """
+    from dapo_rl.data.code_tasks import PROJECT_TASKS, task_samples
+
+    if task in PROJECT_TASKS:
+        return task_samples(task, size, seed, params)
     import reasoning_gym
 
     try:

@@ -24,9 +24,11 @@ from dapo_rl.data.dataset import DataError, Sample
 
 _TERM = re.compile(r"\s*([+-])\s*(\d+)")
 
-COMPLETION_STYLES = ("answer", "steps", "mixed", "tool", "tool_mixed")
+COMPLETION_STYLES = ("answer", "steps", "mixed", "tool", "tool_mixed", "code", "code_mixed")
 """`SFTConfig.completion` values: bare `Answer: N`, worked steps, or a seeded mix of the two; a Python tool call and
-its output before the answer (`tool_trace`), or a seeded mix of tool traces and bare answers."""
+its output before the answer (`tool_trace`), or a seeded mix of tool traces and bare answers; a `tiny_functions`
+program in a Python block, or a seeded mix of programs and tables of the shown examples
+(`dapo_rl.data.code_tasks.code_completion`)."""
 
 RETOOL_TAGS = ("<code>", "</code>", "<interpreter>", "</interpreter>")
 """ReTool's tags (arXiv 2504.11536): a call opens and closes, then the tool's output opens and closes: the defaults
@@ -165,8 +167,10 @@ def sft_completions(samples: list[Sample], style: str, steps_fraction: float, se
         samples: the warm-up problems.
         style: `answer` (`"Answer: N"`), `steps` (`worked_solution`), `mixed` (each sample takes the worked
             solution with probability `steps_fraction`, drawn from a generator seeded with `seed`), `tool`
-            (`tool_trace`) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer).
-        steps_fraction: in [0, 1]; used by `mixed` and `tool_mixed` only.
+            (`tool_trace`) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer),
+            `code` (a `tiny_functions` program, `dapo_rl.data.code_tasks.code_completion`) or `code_mixed` (the
+            program with probability `steps_fraction`, else the table of the shown examples).
+        steps_fraction: in [0, 1]; used by `mixed`, `tool_mixed` and `code_mixed` only.
         seed: seed of the style draws.
 
     Raises:
@@ -180,6 +184,12 @@ def sft_completions(samples: list[Sample], style: str, steps_fraction: float, se
     rng = random.Random(seed)
     out: list[str] = []
     for s in samples:
+        if style in ("code", "code_mixed"):
+            from dapo_rl.data.code_tasks import code_completion
+
+            general = style == "code" or rng.random() < steps_fraction
+            out.append(code_completion(s, table=not general))
+            continue
         if style in ("tool", "tool_mixed"):
             tool = style == "tool" or rng.random() < steps_fraction
             out.append(tool_trace(s) if tool else f"Answer: {s.ground_truth}")
