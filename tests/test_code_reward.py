@@ -480,3 +480,25 @@ def test_bad_code_limits_are_config_errors(override, key):
 
     with pytest.raises(ConfigError, match=re.escape(key)):
         load_config(None, [override])
+
+
+def test_dapo_eval_reports_pass_at_k_and_code_rates_without_maj_for_code():
+    from dapo_rl.data.dataset import Sample
+    from dapo_rl.episode.records import Rollout
+    from dapo_rl.evaluate import dataset_metrics, format_markdown
+
+    sample = Sample("h:0", "humaneval", [{"role": "user", "content": "q"}], "{}")
+    outcomes = [["pass", "wrong", "wrong", "timeout"], ["compile_error"] * 4]
+    recs = [
+        Rollout(sample, p, j, acc=o == "pass", pred="1/1" if o == "pass" else "0/1", code=o)
+        for p, row in enumerate(outcomes)
+        for j, o in enumerate(row)
+    ]
+    m = dataset_metrics(recs, 4)
+    # pass@k = 1 - C(n-c, k)/C(n, k): problem 0 has c = 1 of n = 4 -> k/4; problem 1 has c = 0
+    assert m["pass@1"] == pytest.approx((1 / 4 + 0) / 2) and m["pass@2"] == pytest.approx((2 / 4 + 0) / 2)
+    assert m["pass@4"] == pytest.approx(0.5)
+    assert not any(k.startswith("maj@") for k in m)
+    assert m["code_compile_error_rate"] == 4 / 8 and m["code_timeout_rate"] == 1 / 8
+    table = format_markdown({"humaneval": m}, {"model": "x", "n": 4})
+    assert "| humaneval | 2 | 0.1250 ± 0.1250 | 0.5000 | - |" in table

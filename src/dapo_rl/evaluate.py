@@ -81,7 +81,8 @@ def pool_equivalent_answers(groups: Sequence[Sequence[Rollout]], pool) -> None:
     """
     todo = []  # per problem: (distinct answers in order, data_source, representatives found so far)
     for g in groups:
-        distinct = list(dict.fromkeys(r.pred for r in g if _votes(r.pred)))
+        # a code reward's pred is a test count ("7/7"): identical strings pool, no verifier call
+        distinct = [] if any(r.code for r in g) else list(dict.fromkeys(r.pred for r in g if _votes(r.pred)))
         todo.append((distinct, g[0].sample.data_source if g else "", []))
     rep_of: list[dict[str, str]] = [{} for _ in groups]
     for step in range(max((len(d) for d, _, _ in todo), default=0)):
@@ -126,7 +127,9 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
         sqrt(problems); None for one problem), `pass@k` and `maj@k` for k in 1, 2, 4, ... <= n (and n), `num_problems`, `num_samples`,
         `response_length_mean`, `truncation_rate`, `error_rate` and `timeout_rate` (shares of the samples the
         verifier raised on or was killed on: `Rollout.status`; they count as wrong; None when a record's status is
-        `unknown`); from a tool episode, `tool_used_rate` (share of samples with a call) and `tool_calls_mean`.
+        `unknown`); from a tool episode, `tool_used_rate` (share of samples with a call) and `tool_calls_mean`;
+        scored by the code reward (every `Rollout.code` set), no `maj@k` (there is no answer to vote on) and the
+        `code_*_rate`s of its outcomes and `code_hack_rate`.
 
     Raises:
         ValueError: a problem without exactly n samples.
@@ -147,7 +150,8 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
         out[f"pass@{k}"] = float(
             np.mean([pass_at_k(n, sum(r.acc for r in rs), k) for rs in by_problem.values()])
         )
-    for k in ks_up_to(n):
+    code = bool(records) and all(r.code for r in records)  # scored by the code reward: no answers to vote on
+    for k in [] if code else ks_up_to(n):
         out[f"maj@{k}"] = float(
             np.mean(
                 [
@@ -166,6 +170,10 @@ def dataset_metrics(records: Sequence[Rollout], n: int) -> dict[str, float | Non
     if any(r.tool_calls is not None for r in records):  # a tool episode's
         out["tool_used_rate"] = float(np.mean([bool(r.tool_calls) for r in records]))
         out["tool_calls_mean"] = float(np.mean([len(r.tool_calls or ()) for r in records]))
+    if code:
+        for o in ("compile_error", "runtime_error", "timeout", "sandbox_error", "no_code"):
+            out[f"code_{o}_rate"] = float(np.mean([r.code == o for r in records]))
+        out["code_hack_rate"] = float(np.mean([bool(r.code_hacks) for r in records]))
     return out
 
 
@@ -351,6 +359,11 @@ def evaluate_dataset(
     return records
 
 
+def _cell(v: float | None) -> str:
+    """A metric in report.md: 4 decimals, `-` where it does not apply (maj@k of code, scored by tests)."""
+    return "-" if v is None else f"{v:.4f}"
+
+
 def format_markdown(
     summary: dict[str, dict[str, float | None]], settings: dict, wall_s: float | None = None
 ) -> str:
@@ -377,7 +390,7 @@ def format_markdown(
         lines.append(
             f"| {name} | {m['num_problems']} | {m[f'avg@{n}']:.4f}"
             + (" (one problem)" if se is None else f" ± {se:.4f}")
-            + f" | {m[f'pass@{n}']:.4f} | {m[f'maj@{n}']:.4f} | {m['response_length_mean']:.1f} "
+            + f" | {m[f'pass@{n}']:.4f} | {_cell(m.get(f'maj@{n}'))} | {m['response_length_mean']:.1f} "
             f"| {m['truncation_rate']:.3f} | {'?' if err is None else f'{err + tmo:.3f}'} "
             f"| {m.get('dropped_prompts', 0)} |"
         )
