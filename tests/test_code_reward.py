@@ -54,6 +54,10 @@ def score_one(scorer, code: str, gt) -> dict:
 def test_the_last_python_block_is_the_code():
     text = "```python\nx = 1\n```\nthen\n```py\ny = 2\n```\nand ```text\nno\n```"
     assert last_code_block(text) == "y = 2\n"
+    # a fence's closing line is not an opening: a text block before the code, an output block after it
+    assert last_code_block("Sample:\n```text\n3 4\n```\nSolution:\n```python\nprint(7)\n```") == "print(7)\n"
+    assert last_code_block("```python\nprint(7)\n```\nOutput:\n```\n7\n```") == "print(7)\n"
+    assert last_code_block('```python\ns = "```"\nprint(s)\n```') == 's = "```"\nprint(s)\n'
     assert last_code_block("```\nz = 3\n```") == "z = 3\n"
     assert last_code_block("```python\nunclosed = 1\n") is None
     assert last_code_block("no code at all") is None
@@ -71,6 +75,10 @@ def test_the_test_forms_read_as_the_field_writes_them():
         [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional", "metadata": {"func_name": "f"}}]
     )
     assert lcb.fn_name == "f" and lcb.calls[0][0] == [[1, 2], 3] and lcb.outputs == ([4, 5],)
+    rllm = parse_tests([{"input": "1\n", "output": "1\n", "testtype": "stdin_stdout"}])
+    prime = parse_tests([{"input": "[1]", "output": "2", "type": "function_call", "fn_name": "g"}])
+    assert isinstance(rllm, StdioTests) and prime.fn_name == "g" and prime.calls[0][0] == [[1]]
+    assert not lcb.wrapped and parse_tests(ADD_CALLS).wrapped  # TACO's form only
     lines = parse_tests({"inputs": [["1", "2"]], "outputs": [["3", "4"]]})
     assert lines == StdioTests(("1\n2",), ("3\n4",))
 
@@ -100,12 +108,20 @@ def test_stdio_comparison_is_by_lines_then_by_tokens():
     assert stdio_equal("1\n2\n", "1 2")  # same tokens
     assert not stdio_equal("1 2 3", "1 2")
     assert not stdio_equal("", "0")
+    # integers compare exactly: a tolerance would pass off-by-one answers mod 10^9 + 7
+    assert not stdio_equal("1000000006", "1000000007")
+    assert not stdio_equal("123456689012", "123456789012")
+    assert (
+        not stdio_equal("11", "0011") and not stdio_equal("1e3", "1000") and not stdio_equal("1_000", "1000")
+    )
+    assert stdio_equal("2", "2.0000000")  # an expected decimal accepts an integer equal to it
 
 
 def test_call_comparison_is_on_plain_data():
     assert call_equal((1, [2, 3]), [1, [2, 3]])  # tuples are lists in JSON
-    assert call_equal(5, [5])  # TACO wraps outputs in a list
+    assert call_equal(5, [5], wrapped=True) and not call_equal(5, [5])  # TACO's form wraps outputs in a list
     assert call_equal(0.1 + 0.2, 0.3)
+    assert not call_equal(1.2345678e17, 123456789012345678)  # an expected integer is met exactly
     assert not call_equal(True, 1) and not call_equal(1, True)
     assert call_equal({1: "a"}, {"1": "a"})  # JSON keys are text
     assert not call_equal([1, 2], [2, 1])
@@ -212,7 +228,8 @@ ALWAYS_EQUAL = {
     "int subclass": "class I(int):\n    def __eq__(self, o):\n        return True\ndef {fn}(*a):\n    return I(0)",
     "tuple subclass": "class T(tuple):\n    def __eq__(self, o):\n        return True\ndef {fn}(*a):\n"
     "    return T()",
-    "str subclass inside a list": "class S(str):\n    pass\ndef {fn}(*a):\n    return [S('x')]",
+    "str subclass inside a list": "class S(str):\n    def __ne__(self, o):\n        return False\n"
+    "def {fn}(*a):\n    return [S('x')]",
 }
 
 
@@ -502,3 +519,145 @@ def test_dapo_eval_reports_pass_at_k_and_code_rates_without_maj_for_code():
     assert m["code_compile_error_rate"] == 4 / 8 and m["code_timeout_rate"] == 1 / 8
     table = format_markdown({"humaneval": m}, {"model": "x", "n": 4})
     assert "| humaneval | 2 | 0.1250 ± 0.1250 | 0.5000 | - |" in table
+
+
+# ---------------------------------------------------------------- the review of 2026-12-07 (/tmp notes in the commit)
+
+
+HEAP_SCAN = """
+import ctypes, re
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+libc.sbrk.argtypes = [ctypes.c_long]
+class MI2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc.mallinfo2.restype = MI2
+size = libc.mallinfo2().arena
+mem = ctypes.string_at(libc.sbrk(0) - size, size)
+TABLE = {int(a): int(b) for a, b in re.findall(rb"candidate\\((-?\\d+)\\) == (-?\\d+)", mem)}
+def secret(x):
+    return TABLE.get(x, 0)
+"""
+
+
+def test_a_humaneval_check_never_reaches_the_memory_of_a_model_program():
+    """A template's freed memory is inherited by the children it forks: the checks (which hold the expected values)
+    run in a sandbox of their own, so a program that reads its whole heap finds no assertion to copy."""
+    gt = {
+        "prompt": 'def secret(x):\n    """The secret of x."""\n',
+        "test": "def check(candidate):\n    assert candidate(7) == 918273645\n    assert candidate(8) == 5550123\n",
+        "entry_point": "secret",
+    }
+    with CodeScorer(1, LIMITS) as s:
+        for k in range(2):  # the second time, the check was recorded and replayed before
+            (res,) = s.score([(block(HEAP_SCAN), dict(gt, test=gt["test"] + "#" * k))])
+            assert res["score"] == -1.0 and res["code"]["outcome"] == "wrong", res
+        honest = "def secret(x):\n    return {7: 918273645, 8: 5550123}[x]"  # told the answers, it passes
+        assert s.score([(block(honest), gt)])[0]["score"] == 1.0
+
+
+def test_reports_a_program_forges_never_make_the_scorer_raise(scorer):
+    forge = """
+    import json, os, sys
+    def add(a, b):
+        f = sys._getframe(1)
+        nonce = f.f_locals["nonce"]
+        for line in {lines}:
+            os.write(1, (nonce + json.dumps(line) + "\\n").encode())
+        os._exit(0)
+    """
+    cases = {
+        "one entry too many": [{"i": k, "value": 3} for k in range(4)],
+        "tampered not a list": [{"tampered": 5}],
+        "a value not tagged data": [{"i": 0, "value": {"zz": 1}}],
+        "an index out of order": [{"i": 1, "value": 3}],
+        "done before the calls": [{"done": True}],
+    }
+    for name, lines in cases.items():
+        res = score_one(scorer, forge.format(lines=lines), ADD_CALLS)
+        assert res["score"] == -1.0, (name, res)
+        assert res["code"]["hacks"], (name, res)
+
+
+def test_a_correct_report_forged_before_an_exit_is_an_exit(scorer):
+    code = """
+    import json, os, sys
+    f = sys._getframe(1)
+    nonce, calls = f.f_locals["nonce"], f.f_locals["calls"]
+    for i, (args, _) in enumerate(calls):
+        os.write(1, (nonce + json.dumps({"i": i, "value": sum(args)}) + "\\n").encode())
+    os.write(1, (nonce + '{"done": true}\\n').encode())
+    os._exit(0)
+    """
+    res = score_one(scorer, code, ADD_CALLS)
+    assert res["score"] == -1.0 and "exit" in res["code"]["hacks"], res
+
+
+def test_honest_values_of_every_kind_pass(scorer):
+    tests = {
+        "fn_name": "f",
+        "inputs": [[3000], [3]],
+        "outputs": [None, {"a": 1, "b": 2}],
+    }
+    import math
+
+    tests["outputs"][0] = math.factorial(3000)
+    res = scorer.score(
+        [
+            (
+                block("import math\ndef f(n):\n    return math.factorial(n) if n > 10 else {'a': 1, 'b': 2}"),
+                tests,
+            ),
+            (  # a Counter, a defaultdict, a namedtuple: subclasses of built-ins from the standard library
+                block(
+                    "from collections import Counter, defaultdict, namedtuple\nP = namedtuple('P', 'x y')\n"
+                    "def f(k):\n    if k == 0:\n        return Counter('aab')\n    if k == 1:\n"
+                    "        d = defaultdict(int)\n        d['z'] += 2\n        return d\n    return P(k, k + 1)"
+                ),
+                {"fn_name": "f", "inputs": [[0], [1], [5]], "outputs": [{"a": 2, "b": 1}, {"z": 2}, [5, 6]]},
+            ),
+        ]
+    )
+    assert [r["score"] for r in res] == [1.0, 1.0], res
+    assert [r["code"]["hacks"] for r in res] == [[], []]
+
+
+def test_a_humaneval_check_with_a_set_argument_replays(scorer):
+    gt = {
+        "prompt": "def size(s):\n    pass\n",
+        "test": "def check(candidate):\n    assert candidate({'apple', 'kiwi', 'fig', 'plum'}) == 4\n",
+        "entry_point": "size",
+    }
+    assert score_one(scorer, "def size(s):\n    return len(s)", gt)["score"] == 1.0
+
+
+def test_an_ignored_alarm_is_still_a_timeout(scorer):
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "def add(a, b):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(1.5)\n    return a + b"
+    )
+    res = score_one(scorer, code, ADD_CALLS)  # 1.5 s a call against 1 s a test
+    assert res["score"] == -1.0 and res["code"]["outcome"] == "timeout", res
+
+
+def test_stdio_stops_at_the_first_failure_and_at_the_total_time():
+    slow = {"inputs": ["1 2\n"] * 12, "outputs": ["3\n"] * 12}
+    t0 = time.monotonic()
+    with CodeScorer(1, LIMITS) as s:
+        (res,) = s.score([(block("import time\ntime.sleep(100)"), slow)])
+    assert res["code"]["outcome"] == "timeout"
+    assert time.monotonic() - t0 < 12 * LIMITS.test_timeout_s - 4, "it ran every test"
+    with CodeScorer(
+        1, LIMITS, pass_rate=True
+    ) as s:  # pass rate: every test runs, the time budget still holds
+        (res,) = s.score([(block("import time\ntime.sleep(100)"), slow)])
+    assert res["code"]["outcome"] == "timeout" and res["pred"] == "0/12"
+
+
+def test_an_indentation_error_is_a_compile_error_and_stderr_is_not_a_flood(scorer):
+    res = score_one(scorer, "if True:\nprint(1)", SUM_STDIO)
+    assert res["code"]["outcome"] == "compile_error", res
+    loud = "import sys\nsys.stderr.write('x' * (2 << 20))\na, b = map(int, input().split())\nprint(a + b)"
+    res = score_one(scorer, loud, SUM_STDIO)
+    assert res["score"] == 1.0 and res["code"]["hacks"] == [], res

@@ -394,9 +394,13 @@ class CodeRewardConfig:
     test_timeout_s: float = 4.0
     """Seconds per test: a standard-input run's wall and CPU time, one function call's time."""
     total_timeout_s: float = 30.0
-    """Seconds all the function calls of one response may take together (its program is killed there)."""
+    """Seconds all the tests of one response may take together: its function calls' program is killed there, and
+    its standard-input runs stop once their times add up past it."""
     memory_mib: int = 1024
     """Address space of each program, MiB."""
+    require_confined_reads: bool = True
+    """Refuse to start where the OS cannot confine what programs read (Landlock): a program could otherwise read
+    the data files that hold the expected outputs. false: run anyway (the sandbox warns which layers are missing)."""
 
     def check(self) -> None:
         """Limits within bounds (ConfigError naming the setting)."""
@@ -960,9 +964,9 @@ class SFTConfig:
     warm-up with a spread of response lengths for RL to move along; `tool` (a Python call, its output, the answer:
     `<code>print(48213 - 9917 + 30466)</code>`, `<interpreter>` 68762 `</interpreter>`, `Answer: 68762`; chain_sum
     only) or `tool_mixed` (the tool trace with probability `steps_fraction`, else the bare answer), for
-    `episode.name=tool`; `code` (a `tiny_functions` program in a Python block, `def f(x): return 3*x+5`) or
-    `code_mixed` (the program with probability `steps_fraction`, else a table of the shown examples, `return
-    {0:5,1:8,2:11}[x]`, which the hidden tests fail), for `reward.name=code`."""
+    `episode.name=tool`; `code` (a `tiny_functions` program in a Python block, `f=lambda x:3*x+5`) or
+    `code_mixed` (the program with probability `steps_fraction`, else a table of the shown examples,
+    `f=[5,8,11].__getitem__`, which the hidden tests fail), for `reward.name=code`."""
     steps_fraction: float = 0.5
     """Share of worked-step targets with `completion=mixed`, of tool traces with `completion=tool_mixed`, of
     programs with `completion=code_mixed`."""

@@ -123,7 +123,12 @@ def reward_pool(reward: RewardConfig) -> RewardPool:
         reward.timeout_s,
         partial_credit=reward.partial_credit,
         lenient=reward.lenient,
-        code=CodeLimits(code.test_timeout_s, code.total_timeout_s, code.memory_mib),
+        code=CodeLimits(
+            code.test_timeout_s,
+            code.total_timeout_s,
+            code.memory_mib,
+            require_confined_reads=code.require_confined_reads,
+        ),
         code_pass_rate=code.pass_rate,
     )
 

@@ -17,11 +17,13 @@ Three programs:
   the check passed.
 
 Values cross processes as tagged JSON: ``null``, booleans, integers, finite floats, strings and lists stand for
-themselves; ``{"t": [...]}`` is a tuple, ``{"d": [[k, v], ...]}`` a dict, ``{"s": [...]}`` a set, ``{"fs": [...]}``
-a frozenset, ``{"f": "inf"}`` a non-finite float, ``{"b": "hex"}`` bytes, ``{"c": [re, im]}`` a complex number.
-Only values of these exact built-in types are serialised: an object of any other class (a subclass of ``int``, a
-class whose ``__eq__`` always says yes) is reported as ``foreign``, so no object of the model's making ever reaches a
-comparison.
+themselves; ``{"t": [...]}`` is a tuple, ``{"d": [[k, v], ...]}`` a dict, ``{"s": [...]}`` a set (elements in one
+order), ``{"fs": [...]}`` a frozenset, ``{"f": "inf"}`` a non-finite float, ``{"h": "0x..."}`` an integer of more
+than 12,000 bits, ``{"b": "hex"}`` bytes, ``{"c": [re, im]}`` a complex number. Only built-in data crosses: an
+instance of a subclass of a built-in type (a ``Counter``, a namedtuple) is read as its base type's value through the
+base type's own methods, and an object whose class overrides comparison or hashing (a class whose ``__eq__`` always
+says yes, a subclass of ``int`` that does), or of any other class, is reported as ``foreign``: no object of the
+model's making ever reaches a comparison.
 """
 
 import ast as _ast
@@ -32,6 +34,7 @@ import os as _os
 import random as _random
 import signal as _signal
 import sys as _sys
+import time as _time
 import types as _types
 
 MAX_DEPTH = 100
@@ -42,6 +45,7 @@ _INT, _FLOAT, _STR, _BYTES, _COMPLEX, _BOOL = int, float, str, bytes, complex, b
 _ISINSTANCE, _LEN, _REPR, _GETATTR = isinstance, len, repr, getattr
 _DUMPS, _LOADS, _WRITE = _json.dumps, _json.loads, _os.write
 _SETITIMER, _ITIMER_REAL, _SIGALRM = _signal.setitimer, _signal.ITIMER_REAL, _signal.SIGALRM
+_SIGNAL, _MONOTONIC = _signal.signal, _time.monotonic
 _BUILTIN_TYPES = (int, float, str, bytes, complex, bool, list, tuple, dict, set, frozenset)
 
 
@@ -58,15 +62,34 @@ def _on_alarm(signum, frame):
     raise TestTimeout()
 
 
+STDLIB_CLASSES = ("collections", "builtins")
+"""Modules whose subclasses of built-in types (``Counter``, ``OrderedDict``, ``defaultdict``) are trusted to compare
+as their data does; a namedtuple class, made in the model's module, overrides nothing and is read as its tuple."""
+
+_LAUNDER = (
+    (_DICT, lambda v: _DICT(_DICT.items(v))),
+    (_LIST, lambda v: _LIST.__getitem__(v, slice(None))),
+    (_TUPLE, lambda v: _TUPLE.__getitem__(v, slice(None))),
+    (_FROZENSET, lambda v: _FROZENSET(_FROZENSET.__iter__(v))),
+    (_SET, lambda v: _SET(_SET.__iter__(v))),
+    (_STR, lambda v: _STR.__str__(v)),
+    (_INT, lambda v: _INT.__int__(v)),
+    (_FLOAT, lambda v: _FLOAT.__float__(v)),
+    (_BYTES, lambda v: _BYTES.__getitem__(v, slice(None))),
+)
+"""Per built-in base type, its value of an instance of a subclass, through the base type's own methods (none of the
+subclass's methods runs)."""
+
+
 def _suspicious(t):
-    """Whether a foreign class looks made to pass comparisons: it subclasses a built-in value type, or it (or a
-    base other than `object`) defines ``__eq__``, ``__ne__`` or ``__hash__``."""
+    """Whether a class looks made to pass comparisons: it, or a base other than `object`, a built-in type or a class
+    of `STDLIB_CLASSES`' modules, defines ``__eq__``, ``__ne__`` or ``__hash__``."""
     try:
         for base in t.__mro__:
-            if base is object:
+            if base is object or base in _BUILTIN_TYPES:
                 continue
-            if base in _BUILTIN_TYPES:
-                return True
+            if _GETATTR(base, "__module__", "") in STDLIB_CLASSES:
+                continue
             if any(k in base.__dict__ for k in ("__eq__", "__ne__", "__hash__")):
                 return True
     except BaseException:
@@ -74,13 +97,22 @@ def _suspicious(t):
     return False
 
 
+def _sorted_items(items):
+    """Set elements in one order in every process (string hashing differs between processes)."""
+    return sorted(items, key=_DUMPS)
+
+
 def encode(v, depth=0):
-    """`v` as tagged JSON data (see the module docstring). Raises `Foreign` for anything else."""
+    """`v` as tagged JSON data (see the module docstring). An instance of a subclass of a built-in type is read as its
+    base type's value (`_LAUNDER`) unless its class overrides comparison or hashing (`_suspicious`); raises
+    `Foreign` for that and for anything else."""
     if depth > MAX_DEPTH:
         raise Foreign(f"nesting deeper than {MAX_DEPTH}", False)
     t = _TYPE(v)
-    if v is None or t is _BOOL or t is _STR or t is _INT:
+    if v is None or t is _BOOL or t is _STR:
         return v
+    if t is _INT:
+        return {"h": hex(v)} if v.bit_length() > 12000 else v  # past ~3600 digits: JSON readers refuse them
     if t is _FLOAT:
         if v != v or v in (float("inf"), float("-inf")):
             return {"f": _REPR(v)}
@@ -92,9 +124,9 @@ def encode(v, depth=0):
     if t is _DICT:
         return {"d": [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]}
     if t is _SET:
-        return {"s": [encode(x, depth + 1) for x in v]}
+        return {"s": _sorted_items([encode(x, depth + 1) for x in v])}
     if t is _FROZENSET:
-        return {"fs": [encode(x, depth + 1) for x in v]}
+        return {"fs": _sorted_items([encode(x, depth + 1) for x in v])}
     if t is _BYTES:
         return {"b": v.hex()}
     if t is _COMPLEX:
@@ -102,6 +134,10 @@ def encode(v, depth=0):
     mod = _GETATTR(t, "__module__", "")
     if mod == "numpy" and hasattr(v, "item"):  # a numpy scalar: its Python value (still checked by type)
         return encode(v.item(), depth + 1)
+    if not _suspicious(t):
+        for base, value in _LAUNDER:
+            if _ISINSTANCE(v, base):
+                return encode(value(v), depth + 1)
     raise Foreign(_GETATTR(t, "__qualname__", "?"), _suspicious(t))
 
 
@@ -126,6 +162,8 @@ def decode(v, depth=0):
             return frozenset(decode(y, depth + 1) for y in x)
         if tag == "f" and x in ("inf", "-inf", "nan"):
             return float(x)
+        if tag == "h" and _TYPE(x) is _STR:
+            return int(x, 16)
         if tag == "b":
             return bytes.fromhex(x)
         if tag == "c":
@@ -229,8 +267,10 @@ def call_main(nonce, code, calls, fn_name, test_s, load_s):
     ``"tampered": [names]`` (the program stops there).
     """
     emit = _Emitter(nonce)
-    _signal.signal(_SIGALRM, _on_alarm)
-    _sys.stdout = _Sink()
+    _SIGNAL(_SIGALRM, _on_alarm)
+    _sys.stdout = _sys.stderr = (
+        _Sink()
+    )  # only the returned values count (and output cannot crowd out the report)
     _sys.stdin = _io.StringIO("")
     try:
         _sys.set_int_max_str_digits(0)
@@ -276,10 +316,14 @@ def call_main(nonce, code, calls, fn_name, test_s, load_s):
     for i, pair in enumerate(calls):
         args, kwargs = decode(pair[0]), decode(pair[1])
         out = {"i": i}
+        _SIGNAL(_SIGALRM, _on_alarm)  # the model's code may have replaced or ignored the handler
+        t0 = _MONOTONIC()
         _alarm(test_s)
         try:
             got = fn(*args, **kwargs)
             out["value"] = encode(got)
+            if _MONOTONIC() - t0 > test_s:  # past its time with the alarm ignored, blocked or cancelled
+                out = {"i": i, "timeout": True}
         except TestTimeout:
             out = {"i": i, "timeout": True}
         except SystemExit:

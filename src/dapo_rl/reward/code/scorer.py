@@ -60,7 +60,8 @@ CODE_OUTCOMES = ("pass", "wrong", "compile_error", "runtime_error", "timeout", "
 HACKS = ("exit", "tampered", "always_equal", "flood", "forged_report")
 """Recognised hack attempts (the module docstring says what each is); each fails the response."""
 
-_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+#.-]*)[ \t]*\r?$")
+_PYTHON_TAGS = ("python", "python3", "py")
 _CHILD = (Path(__file__).with_name("child.py")).read_text(encoding="utf-8")
 MAX_RECORDS = 4096
 """HumanEval problems whose recorded calls are kept (least recently used dropped)."""
@@ -71,14 +72,35 @@ REPLAY_ROUNDS = 3
 
 
 def last_code_block(text: str) -> str | None:
-    """The last fenced code block of a response tagged ``python``, ``python3``, ``py`` or untagged; None when there
-    is none (an unclosed fence, as at the length limit, is none).
+    """The last fenced code block of a response tagged ``python``, ``python3`` or ``py``; else the last untagged one;
+    None when there is none (an unclosed fence, as at the length limit, is none).
+
+    Fences are read line by line, as LiveCodeBench's extraction does: a line that is three backticks and an optional
+    tag opens a block, the next bare fence line closes it. So a ```` ```text ```` block before the code, or an
+    untagged output block after it, never takes its place (verl's ``prime_code`` likewise takes the text after the
+    last ```` ```python ````).
 
     Args:
         text: the decoded response.
     """
-    blocks = _BLOCK.findall(text or "")
-    return blocks[-1] if blocks else None
+    tagged = untagged = None
+    tag, body = None, []
+    for line in (text or "").split("\n"):
+        m = _FENCE.match(line)
+        if tag is None:
+            if m:
+                tag, body = m.group(1).lower(), []
+            continue
+        if m and not m.group(1):  # a bare fence closes the open block
+            block = "".join(x + "\n" for x in body)
+            if tag in _PYTHON_TAGS:
+                tagged = block
+            elif not tag:
+                untagged = block
+            tag = None
+            continue
+        body.append(line)
+    return tagged if tagged is not None else untagged
 
 
 @dataclass(frozen=True)
@@ -86,17 +108,24 @@ class CodeLimits:
     """What the code reward's programs may use (`reward.code`).
 
     Attributes:
-        test_timeout_s: seconds per test (a standard-input run's wall and CPU time, a function call's time).
-        total_timeout_s: seconds all of one response's function calls may take together (a response with many
-            slow tests fails at this bound instead of holding the step).
+        test_timeout_s: seconds per test: a standard-input run's wall and CPU time; in the call program, a call's
+            time (an alarm, and the call's measured time: a call that ignores or blocks the alarm and returns
+            late is still a timeout).
+        total_timeout_s: seconds all of one response's tests may take together: its call program is killed there,
+            and its standard-input runs stop once their times add up past it (a response with many slow tests fails
+            at this bound instead of holding the step).
         memory_mib: each program's address space, MiB.
-        output_mib: each program's kept output, MiB (past it: ``flood``).
+        output_mib: the call program's kept output, MiB (past it: ``flood``). A standard-input run keeps
+            ``max(64 KiB, 2 x the expected output + 4 KiB)``.
+        require_confined_reads: refuse to start where the OS does not confine the programs' reads (Landlock): a
+            program could otherwise read the data files that hold the expected outputs.
     """
 
     test_timeout_s: float = 4.0
     total_timeout_s: float = 30.0
     memory_mib: int = 1024
     output_mib: int = 4
+    require_confined_reads: bool = True
 
 
 def _program(main: str, *args: Any) -> str:
@@ -138,8 +167,32 @@ class _Verdict:
             self.hacks = (*self.hacks, kind)
 
 
+STDIO_WAVE = 4
+"""Standard-input tests a response runs per round; with DAPO's ±1 a response stops at its first failing test."""
+
+_COMPILE_ERRORS = ("raised SyntaxError", "raised IndentationError", "raised TabError")
+
+
+def _stdio_cap(expected: str) -> int:
+    return max(64 << 10, 2 * len(expected.encode("utf-8", "surrogatepass")) + (4 << 10))
+
+
+class _Malformed(Exception):
+    """A report line the harness would not have written."""
+
+
+def _str_list(x: Any) -> list[str]:
+    if not isinstance(x, list) or not all(isinstance(y, str) for y in x):
+        raise _Malformed("tampered is not a list of names")
+    return x
+
+
 class CodeScorer:
     """Scores code responses against hidden tests in the program sandbox (see the module docstring).
+
+    Two sandboxes: `runner` runs the model's programs; a second one, started on the first HumanEval row, runs the
+    check's record and replay programs, so that no template that forks model code ever held a test (a template's
+    freed memory is inherited by the children it forks).
 
     Args:
         num_workers: sandbox templates (programs run side by side), >= 1.
@@ -149,7 +202,8 @@ class CodeScorer:
     Use as a context manager or call `close()`.
 
     Raises:
-        RuntimeError: the sandbox did not start.
+        RuntimeError: the sandbox did not start, or it cannot confine the programs' reads and
+            `limits.require_confined_reads` is set.
     """
 
     def __init__(self, num_workers: int = 1, limits: CodeLimits = CodeLimits(), *, pass_rate: bool = False):
@@ -162,8 +216,18 @@ class CodeScorer:
             memory_bytes=int(limits.memory_mib) << 20,
             output_bytes=int(limits.output_mib) << 20,
         )
-        self.runner = ProgramRunner(max(1, int(num_workers)), self._base)
-        self._records: dict[str, list] = {}
+        self._workers = max(1, int(num_workers))
+        self.runner = ProgramRunner(self._workers, self._base)
+        if limits.require_confined_reads and not self.runner.layers.get("reads"):
+            missing = "; ".join(self.runner.missing) or "reads"
+            self.runner.close()
+            raise RuntimeError(
+                "the code reward needs the sandbox to confine what programs read (Landlock), or a program could "
+                f"read the expected outputs from the data files; missing: {missing}. Set "
+                "reward.code.require_confined_reads=false to run without it."
+            )
+        self._checker = None
+        self._records: dict[str, list | str] = {}
 
     def __enter__(self) -> CodeScorer:
         return self
@@ -172,13 +236,24 @@ class CodeScorer:
         self.close()
 
     def close(self) -> None:
-        """Stop the sandbox; idempotent."""
+        """Stop the sandboxes; idempotent."""
         self.runner.close()
+        if self._checker is not None:
+            self._checker.close()
 
-    def _limits(self, wall_s: float):
+    def _checker_runner(self):
+        """The sandbox of the HumanEval checks (record and replay): never the model's."""
+        if self._checker is None:
+            from dapo_rl.sandbox import ProgramRunner
+
+            self._checker = ProgramRunner(self._workers, self._base)
+        return self._checker
+
+    def _limits(self, wall_s: float, output_bytes: int | None = None):
         from dataclasses import replace
 
-        return replace(self._base, wall_s=wall_s, cpu_s=wall_s)
+        out = replace(self._base, wall_s=wall_s, cpu_s=wall_s)
+        return out if output_bytes is None else replace(out, output_bytes=output_bytes)
 
     def score(self, items: Sequence[tuple[str, Any]]) -> list[ScoreResult]:
         """Score each `(response text, ground truth)`; results in order. Never raises on model output.
@@ -186,68 +261,83 @@ class CodeScorer:
         Returns:
             Per item ``{"score", "acc", "pred": "<passed>/<total>", "code": {"outcome", "passed", "total",
             "hacks"}}``; a row whose tests cannot be read gets an ``error`` result instead.
+
+        Raises:
+            RuntimeError: the runner is closed.
         """
         results: list[ScoreResult | None] = [None] * len(items)
         jobs: list[tuple[int, str, TestSuite]] = []
         for i, (text, gt) in enumerate(items):
-            code = last_code_block(str(text))
             try:
                 suite = parse_tests(gt)
             except ValueError as e:
                 results[i] = error_result(ValueError(f"the row's tests: {e}"))
                 continue
+            code = last_code_block(str(text))
             if code is None:
                 results[i] = self._result(_Verdict("no_code", 0, len(suite)))
                 continue
             jobs.append((i, code, suite))
-        self._record([s for _, _, s in jobs if isinstance(s, CheckTests)])
-        # one runner call for every first program: standard-input tests, function calls, HumanEval's calls
-        programs, stdin, limits, owners = [], [], [], []
-        nonces: dict[int, str] = {}
+        transient = self._record([s for _, _, s in jobs if isinstance(s, CheckTests)])
+        calls_of: dict[
+            int, tuple[str, list, str, str]
+        ] = {}  # item -> (nonce, calls, function, program's code)
         for i, code, suite in jobs:
-            if isinstance(suite, StdioTests):
-                for t, text in enumerate(suite.inputs):
-                    programs.append(code)
-                    stdin.append(text)
-                    limits.append(self._base)
-                    owners.append((i, t))
-                continue
             if isinstance(suite, CheckTests):
-                calls = self._records.get(_record_key(suite))
+                key = _record_key(suite)
+                if key in transient:  # the sandbox failed under the record: not the policy's doing
+                    results[i] = self._result(_Verdict("sandbox_error", 0, 1, detail=transient[key]))
+                    continue
+                calls = self._records[key]
                 if isinstance(calls, str):  # the check could not be recorded: the data's fault
                     results[i] = error_result(ValueError(f"the row's HumanEval check: {calls}"))
                     continue
-                code = suite.prompt + "\n" + code
-                fn = suite.entry_point
-            else:
-                calls, fn = list(suite.calls), suite.fn_name
-            nonces[i] = secrets.token_hex(8)
-            programs.append(self._call_program(nonces[i], code, calls, fn))
+                calls_of[i] = (
+                    secrets.token_hex(8),
+                    list(calls),
+                    suite.entry_point,
+                    suite.prompt + "\n" + code,
+                )
+            elif isinstance(suite, CallTests):
+                calls_of[i] = (secrets.token_hex(8), list(suite.calls), suite.fn_name, code)
+        stdio = {i: _StdioState(code, suite) for i, code, suite in jobs if isinstance(suite, StdioTests)}
+        # the first round: every call program and every standard-input response's first wave, side by side
+        programs, stdin, limits, owners = [], [], [], []
+        for i, (nonce, calls, fn, code) in calls_of.items():
+            programs.append(self._call_program(nonce, code, calls, fn))
             stdin.append("")
             limits.append(self._limits(self._call_wall(len(calls))))
             owners.append((i, -1))
-        outs = self.runner.run(programs, stdin, limits) if programs else []
-        by_item: dict[int, list] = {}
-        for (i, t), res in zip(owners, outs):
-            by_item.setdefault(i, []).append((t, res))
-        replays: list[tuple[int, CheckTests, str, list, dict]] = []
-        for i, code, suite in jobs:
-            if results[i] is not None:
+        called: dict[int, Any] = {}
+        while True:
+            for i, st in stdio.items():
+                for t in st.wave(self.pass_rate):
+                    programs.append(st.code)
+                    stdin.append(st.suite.inputs[t])
+                    limits.append(self._limits(self.limits.test_timeout_s, _stdio_cap(st.suite.outputs[t])))
+                    owners.append((i, t))
+            if not programs:
+                break
+            for (i, t), res in zip(owners, self.runner.run(programs, stdin, limits)):
+                if t < 0:
+                    called[i] = res
+                else:
+                    stdio[i].take(t, res, self.limits.total_timeout_s)
+            programs, stdin, limits, owners = [], [], [], []
+        for i, st in stdio.items():
+            results[i] = self._result(st.verdict())
+        replays = []
+        for i, _, suite in jobs:
+            if results[i] is not None or i not in calls_of:
                 continue
-            got = by_item.get(i, [])
-            if isinstance(suite, StdioTests):
-                results[i] = self._result(self._judge_stdio(suite, got))
-                continue
-            if isinstance(suite, CallTests):
-                verdict, values = self._judge_calls(len(suite), suite.outputs, got[0][1], nonces[i])
-            else:
-                n = len(self._records[_record_key(suite)])
-                verdict, values = self._judge_calls(n, None, got[0][1], nonces[i])
+            nonce, calls, _, program_code = calls_of[i]
+            outputs = suite.outputs if isinstance(suite, CallTests) else None
+            wrapped = isinstance(suite, CallTests) and suite.wrapped
+            verdict, values = self._judge_calls(len(calls), outputs, called[i], nonce, wrapped)
             if isinstance(suite, CallTests) or verdict.outcome:
                 results[i] = self._result(verdict)
                 continue
-            calls = self._records[_record_key(suite)]
-            replays.append((i, suite, suite.prompt + "\n" + code, calls, _table(calls, values)))
+            replays.append((i, suite, program_code, calls, _table(calls, values)))
         for i, verdict in self._replay(replays).items():
             results[i] = self._result(verdict)
         return results  # type: ignore[return-value]
@@ -274,36 +364,26 @@ class CodeScorer:
             res["code"]["detail"] = v.detail[:300]
         return res
 
-    def _judge_stdio(self, suite: StdioTests, got: list) -> _Verdict:
-        v = _Verdict(total=len(suite))
-        first = ""
-        for t, res in sorted(got, key=lambda x: x[0]):
-            if res.status == "sandbox_error":
-                return _Verdict("sandbox_error", 0, len(suite), detail=res.detail)
-            if res.truncated:
-                v.hack("flood")
-                kind = "runtime_error"
-            elif res.status in ("timeout", "killed"):
-                kind = "timeout" if res.status == "timeout" or "XCPU" in res.detail else "runtime_error"
-            elif res.status == "error":
-                kind = "compile_error" if res.detail == "raised SyntaxError" else "runtime_error"
-            else:
-                kind = "pass" if stdio_equal(res.stdout, suite.outputs[t]) else "wrong"
-            if kind == "pass":
-                v.passed += 1
-            elif not first:
-                first, v.detail = kind, res.detail
-        v.outcome = first or "pass"
-        return v
-
-    def _judge_calls(self, n: int, outputs: Sequence | None, res, nonce: str) -> tuple[_Verdict, list]:
+    def _judge_calls(
+        self, n: int, outputs: Sequence | None, res, nonce: str, wrapped: bool = False
+    ) -> tuple[_Verdict, list]:
         """The verdict of a function-call program of `n` calls and the per-call entries (`{"value": data}` or the
         failure) in call order. With `outputs` (function tests) each value is compared; without (a HumanEval
         check, replayed next) the verdict's `outcome` stays empty unless a call timed out, the program ended early
-        or a hack was seen."""
-        v = _Verdict(total=n if outputs is not None else 1)
+        or a hack was seen. A report the harness would not have written is a ``forged_report``; nothing in it
+        raises here."""
+        total = n if outputs is not None else 1
         if res.status == "sandbox_error":
-            return _Verdict("sandbox_error", 0, v.total, detail=res.detail), []
+            return _Verdict("sandbox_error", 0, total, detail=res.detail), []
+        try:
+            return self._read_calls(n, outputs, res, nonce, wrapped)
+        except (_Malformed, ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+            v = _Verdict("runtime_error", 0, total, detail=f"a report the harness did not write ({e})"[:300])
+            v.hack("forged_report")
+            return v, []
+
+    def _read_calls(self, n: int, outputs, res, nonce: str, wrapped: bool) -> tuple[_Verdict, list]:
+        v = _Verdict(total=n if outputs is not None else 1)
         lines, forged = _lines(res.stdout, nonce)
         if forged:
             v.hack("forged_report")
@@ -314,7 +394,10 @@ class CodeScorer:
         done = False
         for obj in lines:
             if done:
-                v.hack("forged_report")
+                raise _Malformed("a line after the last")
+            if "tampered" in obj:
+                v.hack("tampered")
+                v.detail = ", ".join(_str_list(obj["tampered"]))[:300]
                 break
             if "compile_error" in obj:
                 first, v.detail = first or "compile_error", str(obj["compile_error"])
@@ -326,26 +409,27 @@ class CodeScorer:
             if "exit" in obj and "i" not in obj:
                 v.hack("exit")
                 break
-            if "tampered" in obj:
-                v.hack("tampered")
-                v.detail = ", ".join(map(str, obj["tampered"]))[:300]
-                break
             if obj.get("done") is True:
-                done = len(entries) == n
-                if not done:
-                    v.hack("forged_report")
+                if len(entries) != n:
+                    raise _Malformed(f"done after {len(entries)} of {n} calls")
+                done = True
                 continue
-            if obj.get("i") != len(entries):
-                v.hack("forged_report")
-                break
+            i = obj.get("i")
+            if type(i) is not int or i != len(entries) or i >= n:
+                raise _Malformed(f"call index {i!r} where {len(entries)} was next")
             entry, kind = self._entry(obj, v)
             entries.append(entry)
             if kind == "value" and outputs is not None:
-                kind = "pass" if call_equal(entry["value_decoded"], outputs[len(entries) - 1]) else "wrong"
+                good = call_equal(entry["value_decoded"], outputs[i], wrapped=wrapped)
+                kind = "pass" if good else "wrong"
             if kind == "pass":
                 v.passed += 1
             elif kind not in ("value", "pass") and not first and (outputs is not None or kind == "timeout"):
                 first = kind  # a HumanEval check's replay decides the rest (it may expect an exception)
+        if (
+            done and res.status != "ok"
+        ):  # a report of every call, then the program did not end as the harness does
+            done = False
         if not done and not v.hacks and not first:
             # the program ended before its last line: killed at the wall time, by the CPU limit or memory, or it
             # left through os._exit (no report: the template says so)
@@ -366,27 +450,33 @@ class CodeScorer:
 
     @staticmethod
     def _entry(obj: dict, v: _Verdict) -> tuple[dict, str]:
-        """A call's line as a replay-table entry and its kind: ``value``, ``timeout``, ``runtime_error``."""
+        """A call's line as a replay-table entry and its kind: ``value``, ``timeout``, ``runtime_error``,
+        ``wrong``."""
         if "value" in obj:
             try:
                 return {"value": obj["value"], "value_decoded": decode(obj["value"])}, "value"
-            except (ValueError, TypeError, KeyError, IndexError, RecursionError):
-                v.hack("forged_report")  # the harness encodes only what it can decode
-                return {"failed": "malformed value"}, "runtime_error"
-        if obj.get("timeout"):
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+                raise _Malformed("a value the harness would not have encoded") from e
+        if obj.get("timeout") is True:
             return {"failed": "timeout"}, "timeout"
-        if obj.get("exit"):
+        if obj.get("exit") is True:
             v.hack("exit")
             return {"failed": "exit"}, "runtime_error"
         if "foreign" in obj:
-            if obj.get("suspicious"):
+            if obj.get("suspicious") is True:
                 v.hack("always_equal")
             v.detail = v.detail or f"returned a {str(obj['foreign'])[:100]}, not plain data"
             return {"failed": "foreign"}, "wrong"
-        return {"raised": str(obj.get("raised", "?"))[:100]}, "runtime_error"
+        if isinstance(obj.get("raised"), str):
+            return {"raised": obj["raised"][:100]}, "runtime_error"
+        raise _Malformed("a call line of no known kind")
 
-    def _record(self, suites: list[CheckTests]) -> None:
-        """Record the calls of each HumanEval check not yet recorded (`record_main`), or why it could not be."""
+    def _record(self, suites: list[CheckTests]) -> dict[str, str]:
+        """Record the calls of each HumanEval check not yet recorded (`record_main`, in the checks' sandbox), or why
+        it could not be (the data's fault, kept). Returns the checks the sandbox failed under (key -> why; not kept:
+        recorded again next time)."""
+        while len(self._records) > MAX_RECORDS:
+            self._records.pop(next(iter(self._records)))
         todo = {}
         for s in suites:
             key = _record_key(s)
@@ -395,25 +485,26 @@ class CodeScorer:
             else:
                 todo[key] = s
         if not todo:
-            return
+            return {}
         nonce = secrets.token_hex(8)
         programs = [_program("record_main", nonce, s.prompt, s.test, s.entry_point) for s in todo.values()]
         wall = self._limits(max(30.0, self.limits.total_timeout_s))
-        for key, res in zip(todo, self.runner.run(programs, None, wall)):
+        transient = {}
+        for key, res in zip(todo, self._checker_runner().run(programs, None, wall)):
             lines, _ = _lines(res.stdout, nonce)
             obj = lines[-1] if lines else {}
             if isinstance(obj.get("calls"), list):
                 self._records[key] = obj["calls"]
+            elif isinstance(obj.get("error"), str):
+                self._records[key] = obj["error"]
             else:
-                self._records[key] = str(
-                    obj.get("error") or f"{res.status}: {res.detail or res.stderr[-300:]}"
-                )
-        while len(self._records) > MAX_RECORDS:
-            self._records.pop(next(iter(self._records)))
+                transient[key] = f"recording the check: {res.status}: {res.detail or res.stderr[-300:]}"
+        return transient
 
     def _replay(self, replays: list) -> dict[int, _Verdict]:
-        """Replay each HumanEval check against its function's values; calls the check made that were not recorded
-        are run and the check replayed again, up to `REPLAY_ROUNDS` times."""
+        """Replay each HumanEval check against its function's values (in the checks' sandbox); calls the check made
+        that were not recorded are run (in the model's sandbox) and the check replayed again, up to
+        `REPLAY_ROUNDS` times."""
         verdicts: dict[int, _Verdict] = {}
         for _ in range(REPLAY_ROUNDS):
             if not replays:
@@ -425,7 +516,9 @@ class CodeScorer:
             ]
             wall = self._limits(max(30.0, self.limits.total_timeout_s))
             again = []
-            for (i, s, code, calls, table), res in zip(replays, self.runner.run(programs, None, wall)):
+            for (i, s, code, calls, table), res in zip(
+                replays, self._checker_runner().run(programs, None, wall)
+            ):
                 lines, _ = _lines(res.stdout, nonce)
                 obj = lines[-1] if lines else {}
                 if res.status == "sandbox_error":
@@ -447,9 +540,8 @@ class CodeScorer:
                     for nc, (_, s, code, calls, _) in zip(nonces, again)
                 ]
                 limits = [self._limits(self._call_wall(len(c))) for _, _, _, c, _ in again]
-                for nc, (i, s, code, calls, _), res in zip(
-                    nonces, again, self.runner.run(programs, None, limits)
-                ):
+                outs = self.runner.run(programs, None, limits)
+                for nc, (i, s, code, calls, _), res in zip(nonces, again, outs):
                     verdict, values = self._judge_calls(len(calls), None, res, nc)
                     if verdict.outcome or verdict.hacks:
                         verdicts[i] = verdict
@@ -458,6 +550,65 @@ class CodeScorer:
         for i, *_ in replays:
             verdicts[i] = _Verdict("wrong", 0, 1, detail="the check kept calling with arguments not recorded")
         return verdicts
+
+
+class _StdioState:
+    """One standard-input response's tests so far: which ran, how they went, how long they took."""
+
+    def __init__(self, code: str, suite: StdioTests):
+        self.code, self.suite = code, suite
+        self.next = 0
+        self.v = _Verdict(total=len(suite))
+        self.first = ""
+        self.spent_s = 0.0
+        self.stopped = False
+
+    def wave(self, pass_rate: bool) -> range:
+        """The tests to run next (none once stopped: all ran, a failure under ±1, or the time budget spent)."""
+        if self.stopped or self.next >= len(self.suite):
+            return range(0)
+        out = range(self.next, min(self.next + STDIO_WAVE, len(self.suite)))
+        self.next = out.stop
+        self.pass_rate = pass_rate
+        return out
+
+    def take(self, t: int, res, total_s: float) -> None:
+        """Judge test `t`'s run."""
+        if self.v.outcome == "sandbox_error":
+            return
+        if res.status == "sandbox_error":
+            self.v = _Verdict("sandbox_error", 0, len(self.suite), detail=res.detail)
+            self.stopped = True
+            return
+        cap = _stdio_cap(self.suite.outputs[t])
+        flooded = res.truncated and len(res.stdout.encode("utf-8", "surrogatepass")) >= cap - 4
+        if flooded:
+            self.v.hack("flood")
+            kind = "wrong"
+        elif res.status in ("timeout", "killed"):
+            kind = "timeout" if res.status == "timeout" or "XCPU" in res.detail else "runtime_error"
+        elif res.status == "error":
+            kind = "compile_error" if res.detail in _COMPILE_ERRORS else "runtime_error"
+        else:
+            kind = "pass" if stdio_equal(res.stdout, self.suite.outputs[t]) else "wrong"
+        self.spent_s += res.wall_s
+        if kind == "pass":
+            self.v.passed += 1
+        elif not self.first:
+            self.first, self.v.detail = kind, res.detail
+        if (kind != "pass" and not getattr(self, "pass_rate", False)) or kind == "compile_error":
+            self.stopped = True  # under ±1 the first failure decides; a compile error fails every test
+        elif self.spent_s > total_s and self.next < len(self.suite):
+            self.stopped = True
+            self.first = self.first or "timeout"
+            self.v.detail = (
+                self.v.detail or f"the tests' times passed reward.code.total_timeout_s={total_s:g}"
+            )
+
+    def verdict(self) -> _Verdict:
+        if self.v.outcome != "sandbox_error":
+            self.v.outcome = self.first or ("pass" if self.v.passed == len(self.suite) else "wrong")
+        return self.v
 
 
 def _record_key(s: CheckTests) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,11 +41,13 @@ class StdioTests:
 @dataclass(frozen=True)
 class CallTests:
     """Function-call tests: test i calls ``fn_name(*args_i, **kwargs_i)`` (``calls[i]``, tagged data as
-    `dapo_rl.reward.code.child.encode` writes it) and expects ``outputs[i]`` (plain JSON values)."""
+    `dapo_rl.reward.code.child.encode` writes it) and expects ``outputs[i]`` (plain JSON values). ``wrapped``: the
+    TACO/APPS form, whose outputs may hold the value in a one-element list (`call_equal`)."""
 
     fn_name: str
     calls: tuple[Any, ...]
     outputs: tuple[Any, ...]
+    wrapped: bool = False
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -63,6 +66,14 @@ class CheckTests:
 
 
 TestSuite = StdioTests | CallTests | CheckTests
+
+TEST_TYPES = {
+    "stdin": "stdin",
+    "stdin_stdout": "stdin",
+    "functional": "functional",
+    "function_call": "functional",
+}
+"""A test list's ``testtype`` (or ``type``) values: LiveCodeBench's, rllm's DeepCoder rows', PrimeIntellect's."""
 
 
 def _text(value: Any, what: str) -> str:
@@ -129,7 +140,7 @@ def parse_tests(ground_truth: Any) -> TestSuite:
     if fn:
         if not isinstance(fn, str) or not fn.isidentifier():
             raise ValueError(f"'fn_name' must be a Python name, not {fn!r}")
-        return CallTests(fn, tuple(_call(a) for a in inputs), tuple(outputs))
+        return CallTests(fn, tuple(_call(a) for a in inputs), tuple(outputs), wrapped=True)
     return StdioTests(
         tuple(_text(x, f"inputs[{i}]") for i, x in enumerate(inputs)),
         tuple(_text(x, f"outputs[{i}]") for i, x in enumerate(outputs)),
@@ -143,13 +154,14 @@ def _parse_test_list(tests: list, fn_name: Any) -> TestSuite:
     for i, t in enumerate(tests):
         if not isinstance(t, Mapping) or "input" not in t or "output" not in t:
             raise ValueError(f"tests[{i}] must be an object with 'input' and 'output'")
-        kind = str(t.get("testtype", "stdin"))
+        kind = str(t.get("testtype", t.get("type", "stdin")))
+        kind = TEST_TYPES.get(kind, kind)
         if kind not in ("stdin", "functional"):
-            raise ValueError(f"tests[{i}].testtype is {kind!r}, not 'stdin' or 'functional'")
+            raise ValueError(f"tests[{i}].testtype is {kind!r}, not one of {', '.join(TEST_TYPES)}")
         kinds.add(kind)
         meta = t.get("metadata")
-        if kind == "functional" and not fn_name and isinstance(meta, Mapping):
-            fn_name = meta.get("func_name")
+        if kind == "functional" and not fn_name:
+            fn_name = t.get("fn_name") or (meta.get("func_name") if isinstance(meta, Mapping) else None)
         ins.append(t["input"])
         outs.append(t["output"])
     if len(kinds) > 1:
@@ -182,19 +194,24 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def _number(token: str) -> float | None:
-    if len(token) > 100:
+_INT_TOKEN = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TOKEN = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _float_token(token: str) -> float | None:
+    """The value of a decimal literal with a point or an exponent (``0.5``, ``1e-9``); None for an integer or
+    anything else (ASCII digits only: no ``1_000``, no ``inf``)."""
+    if len(token) > 100 or _INT_TOKEN.fullmatch(token) or not _FLOAT_TOKEN.fullmatch(token):
         return None
-    try:
-        return float(token)
-    except ValueError:
-        return None
+    return float(token)
 
 
 def stdio_equal(got: str, want: str, tol: float = FLOAT_TOL) -> bool:
     """Whether a program's stdout answers a test: the same lines (trailing spaces and blank lines at the end
-    ignored), or else the same whitespace-separated tokens, numbers equal within `tol` (relative or absolute), as
-    TACO's and verl's ``prime_code`` checkers accept.
+    ignored), or else the same whitespace-separated tokens, where an expected decimal (``0.333333``) accepts a
+    number within `tol` (relative or absolute). Integers compare exactly, as text: off by one on ``1000000007`` is
+    wrong (verl's ``prime_code`` skips its float check when the tokens are integers; LiveCodeBench compares
+    decimals exactly for the same reason).
 
     Args:
         got: what the program printed.
@@ -209,8 +226,9 @@ def stdio_equal(got: str, want: str, tol: float = FLOAT_TOL) -> bool:
     for x, y in zip(a, b):
         if x == y:
             continue
-        fx, fy = _number(x), _number(y)
-        if fx is None or fy is None or not math.isclose(fx, fy, rel_tol=tol, abs_tol=tol):
+        fy = _float_token(y)
+        fx = None if fy is None else (_float_token(x) or (float(x) if _INT_TOKEN.fullmatch(x) else None))
+        if fx is None or not math.isclose(fx, fy, rel_tol=tol, abs_tol=tol):
             return False
     return True
 
@@ -225,11 +243,13 @@ def _plain(v: Any) -> Any:
 
 
 def _same(a: Any, b: Any, tol: float) -> bool:
+    """`a` (the function's) answers `b` (the expected): a float expected accepts a number within `tol`; everything
+    else compares exactly (an expected integer is not met by 1e17 for 100000000000000001)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a == b and isinstance(a, bool) == isinstance(b, bool)
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        if isinstance(a, float) or isinstance(b, float):
-            return math.isclose(a, b, rel_tol=tol, abs_tol=tol) or a == b
+        if isinstance(b, float):
+            return a == b or math.isclose(a, b, rel_tol=tol, abs_tol=tol)
         return a == b
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
@@ -242,17 +262,19 @@ def _same(a: Any, b: Any, tol: float) -> bool:
     return type(a) is type(b) and a == b
 
 
-def call_equal(got: Any, want: Any, tol: float = FLOAT_TOL) -> bool:
-    """Whether a function's value answers a test: equal after tuples become lists (JSON has none), floats within
-    `tol`; or, as TACO's checker accepts, equal to the only element of an expected list (TACO wraps outputs in
-    one). `got` is plain data (decoded in this process: no object of the model's making is compared).
+def call_equal(got: Any, want: Any, tol: float = FLOAT_TOL, wrapped: bool = False) -> bool:
+    """Whether a function's value answers a test: equal after tuples become lists (JSON has none), an expected float
+    met within `tol`; with `wrapped` (TACO's form, `CallTests.wrapped`), also equal to the only element of an
+    expected list, as TACO's checker accepts (it wraps outputs in one). `got` is plain data (decoded in this
+    process: no object of the model's making is compared).
 
     Args:
         got: the value the function returned (`dapo_rl.reward.code.child.decode`'d).
         want: the test's expected output (JSON).
         tol: the float tolerance.
+        wrapped: accept the value of a one-element expected list.
     """
     g, w = _plain(got), _plain(want)
     if _same(g, w, tol):
         return True
-    return isinstance(w, list) and len(w) == 1 and _same(g, w[0], tol)
+    return wrapped and isinstance(w, list) and len(w) == 1 and _same(g, w[0], tol)
