@@ -113,10 +113,8 @@ def test_tiny_functions_rows_by_hand():
     assert tests["fn_name"] == "f" and tests["inputs"] == [[x] for x in range(3, 10)]
     assert tests["outputs"] == [a * x + b for x in range(3, 10)]
     assert s.data_source == "code/tiny_functions" and is_code_source(s.data_source)
-    assert code_completion(s) == f"```python\ndef f(x):\n    return {a}*x+{b}\n```"
-    assert code_completion(s, table=True) == (
-        f"```python\ndef f(x):\n    return {{0:{b},1:{a + b},2:{2 * a + b}}}[x]\n```"
-    )
+    assert code_completion(s) == f"```python\nf=lambda x:{a}*x+{b}\n```"
+    assert code_completion(s, table=True) == f"```python\nf=[{b},{a + b},{2 * a + b}].__getitem__\n```"
 
 
 def test_training_and_validation_functions_are_disjoint():
@@ -133,10 +131,12 @@ def test_training_and_validation_functions_are_disjoint():
 def test_the_warm_ups_programs_pass_the_hidden_tests_and_its_tables_fail_them():
     samples = tiny_functions_samples(6, 7)
     comps = sft_completions(samples, "code_mixed", 0.5, 0)
-    tables = ["{0:" in c for c in comps]
+    tables = ["__getitem__" in c for c in comps]
     assert 0 < sum(tables) < 6  # both kinds drawn
     with CodeScorer(1) as scorer:
         res = scorer.score([(c, s.ground_truth) for c, s in zip(comps, samples)])
     assert [r["score"] for r in res] == [-1.0 if t else 1.0 for t in tables]
     assert [r["pred"] for r in res] == ["0/7" if t else "7/7" for t in tables]
-    assert {r["code"]["outcome"] for r, t in zip(res, tables) if t} == {"runtime_error"}  # KeyError at x = 3
+    assert {r["code"]["outcome"] for r, t in zip(res, tables) if t} == {
+        "runtime_error"
+    }  # IndexError at x = 3

@@ -55,6 +55,9 @@ def embedded_model_dir(cfg: SFTConfig) -> Path:
     # warm-ups before 2026-12-06 also trained on the tool's output: a key of their own
     if cfg.completion in ("tool", "tool_mixed"):
         recipe["tool_output_loss"] = "masked"
+    # code warm-ups before 2026-12-07 wrote `def f(x):` with an indented return: a key of their own
+    if cfg.completion in ("code", "code_mixed"):
+        recipe["code_form"] = "lambda"
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "models" / f"tiny-{cfg.task.task}-{digest}"
 

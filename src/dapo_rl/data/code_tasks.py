@@ -9,9 +9,11 @@ form. The prompt, for ``a = 3, b = 5``::
     f(1)=8
     f(2)=11
 
-and a right answer is ``def f(x): return 3*x+5`` in a Python block (`program`). A program that only tabulates the
-examples (`table_program`, ``return {0:5,1:8,2:11}[x]``) passes every example the prompt shows and no hidden test:
-the overfitting that hidden tests exist to catch.
+and a right answer is ``f=lambda x:3*x+5`` in a Python block (`program`). A program that only tabulates the
+examples (`table_program`, ``f=[5,8,11].__getitem__``) passes every example the prompt shows and no hidden test:
+the overfitting that hidden tests exist to catch. Both are one line without indentation: the 1.5M-parameter
+byte-level model miscounted ``def f(x):`` and its four spaces of indentation (greedy, it wrote eleven spaces and no
+``return``; 0 of 500 held-out programs ran, 2026-12-07).
 
 Held-out functions: those with ``(7*a + b) % 10 == 0`` (one in ten) are never training problems (``held_out:
 false``) and are the only validation problems (``held_out: true``), so validation asks for functions the model never
@@ -41,14 +43,14 @@ def held_out(a: int, b: int) -> bool:
 
 
 def program(a: int, b: int) -> str:
-    """The right answer's code: ``def f(x):\\n    return a*x+b\\n``."""
-    return f"def f(x):\n    return {a}*x+{b}\n"
+    """The right answer's code: ``f=lambda x:a*x+b`` and a newline."""
+    return f"f=lambda x:{a}*x+{b}\n"
 
 
 def table_program(a: int, visible: int, b: int) -> str:
-    """A program that tabulates the `visible` examples (passes them, fails every hidden test)."""
-    table = ",".join(f"{x}:{a * x + b}" for x in range(visible))
-    return f"def f(x):\n    return {{{table}}}[x]\n"
+    """A program that tabulates the `visible` examples, ``f=[f(0),f(1),...].__getitem__`` (passes them; every
+    hidden test raises IndexError)."""
+    return f"f=[{','.join(str(a * x + b) for x in range(visible))}].__getitem__\n"
 
 
 def code_block(code: str) -> str:
