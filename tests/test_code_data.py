@@ -140,3 +140,36 @@ def test_the_warm_ups_programs_pass_the_hidden_tests_and_its_tables_fail_them():
     assert {r["code"]["outcome"] for r, t in zip(res, tables) if t} == {
         "runtime_error"
     }  # IndexError at x = 3
+
+
+def test_dapo_train_with_the_code_reward_logs_its_outcomes(base_model, tmp_path):
+    """The tiny_code recipe's wiring through the real trainer: the code reward's sandbox starts in `dapo train`, every
+    response is scored by it (the chain_sum warm-up writes no Python block: all `no_code`), the rates reach
+    metrics.jsonl, and the run ends cleanly. (What the recipe learns: docs/code.md, "The miniature".)"""
+    from e2e import dapo, rows_of
+
+    run = tmp_path / "run"
+    r = dapo(
+        "train",
+        "tiny_code",
+        f"model.path={base_model}",
+        f"trainer.output_dir={run}",
+        "trainer.total_training_steps=1",
+        "trainer.max_generated_samples=0",
+        "trainer.test_freq=1",
+        "trainer.test_freq_samples=0",
+        "trainer.progress_bar=false",
+        "data.train_reasoning_gym.size=200",
+        "data.val_reasoning_gym.size=16",
+        "data.train_batch_size=4",
+        "data.gen_batch_size=4",
+        "actor.ppo_mini_batch_size=4",
+        "rollout.n=2",
+        "algorithm.filter_groups.enable=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = rows_of(run)
+    assert [x["step"] for x in rows] == [0, 1] and rows[0]["val/tiny_functions/acc"] == 0.0
+    step = rows[1]
+    assert step["reward/code_no_code_rate"] == 1.0 and step["reward/code_hack_rate"] == 0.0
+    assert step["train/acc_mean"] == 0.0 and step["reward/error_rate"] == 0.0
