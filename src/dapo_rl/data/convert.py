@@ -234,10 +234,7 @@ def convert(
     if template not in TEMPLATES:
         raise DataError(f"--template {template!r}: choose one of {', '.join(TEMPLATES)}")
     out_dir = Path(out_dir)
-    targets = [out_dir / "train.parquet"] + ([out_dir / "val.parquet"] if val_size > 0 else [])
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not force:
-        raise DataError(f"{', '.join(existing)}: already exists; nothing written (--force to overwrite)")
+    refuse_existing(out_dir, val_size, force)
     ds = read_dataset(src, split)
     columns = list(ds.column_names)
     verl = is_verl(columns)
@@ -273,6 +270,39 @@ def convert(
         )
     if not rows:
         raise DataError(f"{src}: no usable rows (question {q_col!r}, answer {a_col!r}); nothing written")
+    written = write_split(rows, out_dir, val_size, seed)
+    summary.outputs = [str(path) for _, path, _ in written]
+    counts = {name: n for name, _, n in written}
+    summary.train_rows, summary.val_rows = counts["train"], counts.get("val", 0)
+    summary.answer_types = {t: 0 for t in ANSWER_TYPES}
+    for r in rows:
+        summary.answer_types[answer_type(r["reward_model"]["ground_truth"])] += 1
+    return summary
+
+
+def refuse_existing(out_dir: Path, val_size: float, force: bool) -> None:
+    """Refuse to overwrite: the output files `write_split` would write already exist and `force` is not set.
+
+    Raises:
+        DataError: naming them (nothing is written then).
+    """
+    targets = [out_dir / "train.parquet"] + ([out_dir / "val.parquet"] if val_size > 0 else [])
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise DataError(f"{', '.join(existing)}: already exists; nothing written (--force to overwrite)")
+
+
+def write_split(rows: list[dict], out_dir: Path, val_size: float, seed: int) -> list[tuple[str, Path, int]]:
+    """Write `rows` (verl schema) as `<out_dir>/train.parquet` and, with `val_size` > 0, `val.parquet`: a count
+    (>= 1) or a fraction (< 1) of the rows, drawn after a shuffle seeded with `seed`; each file keeps the rows' order
+    and numbers them (`extra_info.index`, `extra_info.split`).
+
+    Returns:
+        `(split name, path, rows)` per file written.
+
+    Raises:
+        DataError: a validation split that leaves no training rows (nothing is written then).
+    """
     order = list(range(len(rows)))
     n_val = 0
     if val_size > 0:
@@ -282,21 +312,17 @@ def convert(
             raise DataError(
                 f"--val-size {val_size}: {n_val} of {len(rows)} rows would leave no training rows"
             )
-    val_idx, train_idx = sorted(order[:n_val]), sorted(order[n_val:])
-    parts = [("train", train_idx)] + ([("val", val_idx)] if val_size > 0 else [])
+    parts = [("train", sorted(order[n_val:]))] + ([("val", sorted(order[:n_val]))] if val_size > 0 else [])
     out_dir.mkdir(parents=True, exist_ok=True)
+    out = []
     for name, idx in parts:
-        chosen = []
-        for k, j in enumerate(idx):
-            r = rows[j]
-            chosen.append({**r, "extra_info": {**r["extra_info"], "index": k, "split": name}})
+        chosen = [
+            {**rows[j], "extra_info": {**rows[j]["extra_info"], "index": k, "split": name}}
+            for k, j in enumerate(idx)
+        ]
         _write_parquet(chosen, out_dir / f"{name}.parquet")
-        summary.outputs.append(str(out_dir / f"{name}.parquet"))
-    summary.train_rows, summary.val_rows = len(train_idx), len(val_idx)
-    summary.answer_types = {t: 0 for t in ANSWER_TYPES}
-    for r in rows:
-        summary.answer_types[answer_type(r["reward_model"]["ground_truth"])] += 1
-    return summary
+        out.append((name, out_dir / f"{name}.parquet", len(idx)))
+    return out
 
 
 def _read_row(

