@@ -431,10 +431,12 @@ class RewardConfig:
     """How responses are scored (`dapo_rl.reward`)."""
 
     name: str = "auto"
-    """Verifier: `auto` (by each row's data_source: reasoning_gym/<task> rows use reasoning-gym, the rest `math`),
+    """Verifier: `auto` (by each row's data_source: reasoning_gym/<task> rows use reasoning-gym, code rows -- taco,
+    apps, codecontests, codeforces, humaneval, livecodebench, code/<task> -- the code reward, the rest `math`),
     `math` (final answer from "Answer:" or \\boxed{}, symbolic equivalence via math-verify), `math_dapo` (DAPO's
-    published scorer, quirks included, to reproduce the paper), `reasoning_gym`, or `module:function` (a user
-    function with verl's signature, imported only when named here)."""
+    published scorer, quirks included, to reproduce the paper), `reasoning_gym`, `code` (the response's last Python
+    block run against the row's hidden tests in the sandbox, `reward.code`), or `module:function` (a user function
+    with verl's signature, imported only when named here)."""
     timeout_s: float = 5.0
     """Seconds one answer may take to score; past it the worker is killed and the answer scores as wrong."""
     partial_credit: bool = False
