@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument(
         "--verifier",
         default="auto",
-        help="auto | math | math_dapo | reasoning_gym[/<task>] | module:function",
+        help="auto | math | math_dapo | reasoning_gym[/<task>] | code | module:function",
     )
     sc.add_argument(
         "--data-source", default="math", help="data_source used by --verifier auto (default: math)"
@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--max-retries", type=int, default=4, help="--engine openai: retries per request (default 4)"
     )
-    ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | module:function")
+    ev.add_argument("--verifier", default="auto", help="auto | math | math_dapo | code | module:function")
     ev.add_argument(
         "--episode",
         default=None,
