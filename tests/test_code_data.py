@@ -56,7 +56,10 @@ def test_taco_deepcoder_and_livecodebench_rows_convert_and_bad_rows_are_named(tm
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert main(["data", "convert", str(src), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
-    assert "dropped 1 row(s)" in printed and "row 2: field 'input_output': 2 inputs for 1 outputs" in printed
+    assert (
+        "dropped 1 row whose tests" in printed
+        and "row 2: field 'input_output': 2 inputs for 1 outputs" in printed
+    )
     got = rows(tmp_path / "out" / "train.parquet")
     assert [r["data_source"] for r in got] == ["taco", "taco"]
     assert isinstance(parse_tests(got[0]["reward_model"]["ground_truth"]), StdioTests)
@@ -173,3 +176,48 @@ def test_dapo_train_with_the_code_reward_logs_its_outcomes(base_model, tmp_path)
     step = rows[1]
     assert step["reward/code_no_code_rate"] == 1.0 and step["reward/code_hack_rate"] == 0.0
     assert step["train/acc_mean"] == 0.0 and step["reward/error_rate"] == 0.0
+
+
+def test_bad_code_rows_are_named_where_the_data_is_read(tmp_path):
+    """A verl file whose code row's tests cannot be run fails when the data is loaded, naming the file, the row and the
+    field (not as a -1 for every response in training); a verl file of code rows keeps its prompts through `dapo data
+    convert` (the math templates would ask for an "Answer:" line)."""
+    from dapo_rl.data.dataset import load_samples
+
+    good = {
+        "data_source": "taco",
+        "prompt": [{"role": "user", "content": "Add."}],
+        "reward_model": {"ground_truth": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})},
+    }
+    bad = {**good, "reward_model": {"ground_truth": '{"inputs": ["1"], "outputs": []}'}}
+    path = tmp_path / "code.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(
+        DataError, match=r"code\.jsonl: line 2: field .reward_model\.ground_truth.*1 inputs for 0 outputs"
+    ):
+        load_samples(str(path))
+    path.write_text(json.dumps(good) + "\n")
+    assert main(["data", "convert", str(path), "--out", str(tmp_path / "out")]) == 0
+    (row,) = rows(tmp_path / "out" / "train.parquet")
+    assert row["prompt"] == good["prompt"] and row["ability"] == "CODE" and row["data_source"] == "taco"
+    assert main(["data", "convert", "humaneval", "--out", str(tmp_path / "x"), "--data-source", "code"]) == 0
+
+
+def test_dapo_score_takes_the_code_rewards_limits(capsys):
+    slow = "```python\nimport time\ndef f(x):\n    time.sleep(1.5)\n    return 2 * x\n```"
+    gt = json.dumps({"fn_name": "f", "inputs": [[1]], "outputs": [2]})
+    assert main(["score", "--verifier", "code", "--response", slow, "--ground-truth", gt]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["code"]["outcome"] == "pass"  # 1.5 s < 4 s
+    args = [
+        "score",
+        "--verifier",
+        "code",
+        "--response",
+        slow,
+        "--ground-truth",
+        gt,
+        "--code-test-timeout-s",
+        "1",
+    ]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["code"]["outcome"] == "timeout"

@@ -361,8 +361,8 @@ def _flags_last(argv: list[str]) -> list[str]:
 
 
 def _reward_flags(parser) -> None:
-    """`--lenient` and `--partial-credit`: the `reward.lenient` and `reward.partial_credit` of a training config
-    (both off, as in training, unless given)."""
+    """`--lenient`, `--partial-credit` and the code reward's `--code-*`: the `reward.lenient`,
+    `reward.partial_credit` and `reward.code.*` of a training config (as in training, unless given)."""
     parser.add_argument(
         "--lenient",
         action="store_true",
@@ -375,6 +375,24 @@ def _reward_flags(parser) -> None:
         action="store_true",
         help="reasoning-gym rows score 2s-1 for the task's partial credit s instead of +1/-1 (wrong answers can "
         "then score above -1: reward.partial_credit)",
+    )
+    parser.add_argument(
+        "--code-test-timeout-s",
+        type=float,
+        default=None,
+        help="code reward: seconds per test (reward.code.test_timeout_s; default 4, the tiny_code recipe trains "
+        "with 2)",
+    )
+    parser.add_argument(
+        "--code-total-timeout-s",
+        type=float,
+        default=None,
+        help="code reward: seconds all of a response's tests may take (reward.code.total_timeout_s; default 30)",
+    )
+    parser.add_argument(
+        "--code-pass-rate",
+        action="store_true",
+        help="code reward: score the share of tests passed, 2*passed/total-1 (reward.code.pass_rate)",
     )
 
 
@@ -736,6 +754,11 @@ def _reward_config(args):
     )
     if getattr(args, "timeout_s", None) is not None:
         reward.timeout_s = args.timeout_s
+    if args.code_test_timeout_s is not None:
+        reward.code.test_timeout_s = args.code_test_timeout_s
+    if args.code_total_timeout_s is not None:
+        reward.code.total_timeout_s = args.code_total_timeout_s
+    reward.code.pass_rate = args.code_pass_rate
     reward.check(REWARD_FLAGS)
     return reward
 

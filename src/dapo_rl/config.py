@@ -407,6 +407,11 @@ class CodeRewardConfig:
         check_number("reward.code.test_timeout_s", self.test_timeout_s, gt=0, le=MAX_REWARD_TIMEOUT_S)
         check_number("reward.code.total_timeout_s", self.total_timeout_s, gt=0, le=10 * MAX_REWARD_TIMEOUT_S)
         check_number("reward.code.memory_mib", self.memory_mib, ge=64, le=1 << 20)
+        if self.total_timeout_s < self.test_timeout_s:
+            raise ConfigError(
+                f"reward.code.total_timeout_s={self.total_timeout_s:g} is less than one test's "
+                f"reward.code.test_timeout_s={self.test_timeout_s:g}"
+            )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 
 from dapo_rl.data.dataset import DataError
 from dapo_rl.data.templates import TEMPLATES, apply_prompt_template
+from dapo_rl.reward.code.suites import is_code_source
 
 QUESTION_COLUMNS = ("problem", "question", "prompt", "query", "instruction", "input", "Problem", "Question")
 """Column names tried, in order, for the question when `--question-column` is not given."""
@@ -253,7 +254,11 @@ def convert(
             field_name = q_col if not messages else a_col
             summary.dropped_empty.append(f"row {i}: field {field_name!r} is empty or not text")
             continue
-        prompt = apply_prompt_template(messages, template)
+        row_source = row.get("data_source") if verl and data_source is None else source
+        code = is_code_source(
+            str(row_source)
+        )  # a code row keeps its prompt: the math templates ask for "Answer:"
+        prompt = messages if code else apply_prompt_template(messages, template)
         key = json.dumps(prompt, sort_keys=True)
         if dedup and key in seen:
             summary.duplicates_removed += 1
@@ -261,9 +266,9 @@ def convert(
         seen.add(key)
         rows.append(
             {
-                "data_source": row.get("data_source") if verl and data_source is None else source,
+                "data_source": row_source,
                 "prompt": prompt,
-                "ability": "MATH",
+                "ability": "CODE" if code else "MATH",
                 "reward_model": {"style": "rule", "ground_truth": gt},
                 "extra_info": {"index": 0, "split": "train", "raw_problem": raw or "", "source_row": i},
             }

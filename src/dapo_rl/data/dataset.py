@@ -158,6 +158,17 @@ def _normalise_row(row: Any, path: Path, at: str, i: int, name: str) -> Sample:
     source = row.get("data_source") or "math"
     if not isinstance(source, str):
         raise DataError(f"{where}: field 'data_source' must be a string (got {type(source).__name__})")
+    from dapo_rl.reward.code.suites import is_code_source, parse_tests
+
+    if is_code_source(
+        source
+    ):  # the code reward's tests: read now, not as a -1 for every response in training
+        try:
+            parse_tests(gt)
+        except ValueError as e:
+            raise DataError(
+                f"{where}: field 'reward_model.ground_truth' (code tests, data_source {source!r}): {e}"
+            ) from e
     return Sample(
         uid=f"{name}:{i}",
         data_source=source,

@@ -24,6 +24,7 @@ from functools import cache, partial
 from typing import Any
 
 from dapo_rl.reward.answer_grammar import EVALUATING_TASKS, effective_task
+from dapo_rl.reward.code.suites import CODE_SOURCES, is_code_source  # noqa: F401 (routing's names, here too)
 from dapo_rl.reward.math_dapo import compute_score_math_dapo
 from dapo_rl.reward.reasoning_gym import compute_score_reasoning_gym
 from dapo_rl.reward.result import ScoreResult, checked_result, error_result
@@ -34,31 +35,8 @@ REASONING_GYM_PREFIX = "reasoning_gym/"
 VERIFIERS = ("auto", "math", "math_dapo", "reasoning_gym", "code")
 """Built-in verifier names (plus `reasoning_gym/<task>` and `module:function`)."""
 
-CODE_SOURCES = (
-    "codecontests",
-    "apps",
-    "codeforces",
-    "taco",
-    "humaneval",
-    "mbpp",
-    "livecodebench",
-    "primeintellect",
-    "deepcoder",
-    "leetcode",
-)
-"""``data_source`` values whose rows `auto` scores with the code reward (verl routes its first four to code
-execution; the rest name the code sets `dapo data convert` writes), besides any ``code/<task>``."""
-
-CODE_PREFIX = "code/"
 
 Verifier = Callable[..., ScoreResult]
-
-
-def is_code_source(data_source: str) -> bool:
-    """Whether `auto` scores a row of this ``data_source`` with the code reward (`CODE_SOURCES`, ``code/...``,
-    matched without case; ``HumanEval/12``-style names by their first part)."""
-    source = str(data_source).lower()
-    return source.startswith(CODE_PREFIX) or source.split("/")[0] in CODE_SOURCES
 
 
 def routes_to_code(verifier: str, data_source: str) -> bool:

@@ -23,6 +23,33 @@ from typing import Any
 
 from dapo_rl.reward.code.child import encode
 
+CODE_SOURCES = (
+    "code",
+    "codecontests",
+    "apps",
+    "codeforces",
+    "taco",
+    "humaneval",
+    "mbpp",
+    "livecodebench",
+    "primeintellect",
+    "deepcoder",
+    "leetcode",
+)
+"""``data_source`` values whose rows `reward.name: auto` scores with the code reward (verl routes `codecontests`,
+`apps`, `codeforces` and `taco` to code execution; the rest name the code sets `dapo data convert` writes), besides
+any ``code/<task>``."""
+
+CODE_PREFIX = "code/"
+
+
+def is_code_source(data_source: str) -> bool:
+    """Whether `auto` scores a row of this ``data_source`` with the code reward (`CODE_SOURCES`, ``code/...``,
+    matched without case; ``HumanEval/12``-style names by their first part)."""
+    source = str(data_source).lower()
+    return source.startswith(CODE_PREFIX) or source.split("/")[0] in CODE_SOURCES
+
+
 FLOAT_TOL = 1e-6
 """Relative and absolute tolerance of a float comparison (a printed or returned number against the expected one)."""
 
