@@ -462,10 +462,14 @@ def test_registries_select_estimators_and_losses_by_name():
     finally:
         del ADV_ESTIMATORS["test_rloo"]
     with pytest.raises(
-        ConfigError, match="algorithm.policy_loss.loss_mode='grpo_zero' is not one of cispo, gspo, vanilla"
+        ConfigError,
+        match="algorithm.policy_loss.loss_mode='grpo_zero' is not one of cispo, clip_cov, dppo_kl, dppo_tv, geo_mean, gspo, kl_cov, sapo, vanilla",
     ):
         load_config(None, ["algorithm.policy_loss.loss_mode=grpo_zero"])
-    with pytest.raises(ValueError, match="unknown policy loss 'grpo_zero'; registered: cispo, gspo, vanilla"):
+    with pytest.raises(
+        ValueError,
+        match="unknown policy loss 'grpo_zero'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geo_mean, gspo, kl_cov, sapo, vanilla",
+    ):
         get_policy_loss("grpo_zero")
 
 

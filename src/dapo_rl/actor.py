@@ -15,7 +15,13 @@ from pathlib import Path
 
 import torch
 
-from dapo_rl.algo import entropy_from_logits, get_policy_loss, logprobs_from_logits, masked_mean
+from dapo_rl.algo import (
+    entropy_from_logits,
+    get_policy_loss,
+    logprobs_from_logits,
+    loss_hyperparameters,
+    masked_mean,
+)
 from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
@@ -213,6 +219,8 @@ class Actor:
         self.ctx = ctx or DistContext()
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy_loss = get_policy_loss(algo.policy_loss.loss_mode)
+        # the loss's own hyperparameters (clip_cov_ratio, tau_pos, ...) from `algorithm.policy_loss`
+        self.policy_loss_params = loss_hyperparameters(self.policy_loss, algo.policy_loss)
         # dtype of the Hugging Face export `save` writes (None: the parameters'); the trainer sets the engine's
         self.export_dtype: torch.dtype | None = None
         if cfg.autocast_dtype == "auto":  # the trainer resolves it first (and logs why); a direct caller here
@@ -610,6 +618,7 @@ class Actor:
                         global_num_tokens=n_tok,
                         global_batch_size=n_seq,
                         **extra,
+                        **self.policy_loss_params,
                     )
                     (loss * world).backward()  # FSDP2 averages gradients over the ranks
                     ntok = float(mask.sum())

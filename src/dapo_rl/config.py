@@ -259,13 +259,43 @@ class PolicyLossConfig:
     """By its name in `dapo_rl.algo.POLICY_LOSSES`: `vanilla` (PPO clip with DAPO's Clip-Higher and dual-clip, DAPO
     Eq. 10), `cispo` (MiniMax-M1, arXiv 2506.13585 Eq. 4-5: a REINFORCE term weighted by the clipped, stop-gradient
     ratio), `gspo` (Qwen, arXiv 2507.18071 Eq. 5-7: the ratio and its clip per sequence; use its much smaller clip
-    ranges, e.g. 3e-4 / 4e-4). Register your own with `dapo_rl.algo.register_policy_loss`."""
+    ranges, e.g. 3e-4 / 4e-4), `clip_cov` / `kl_cov` (arXiv 2505.22617: detach, or KL-penalise, the few tokens of
+    highest advantage-log-prob covariance), `geo_mean` (GMPO, arXiv 2507.20673: geometric mean of the token ratios;
+    `algorithm.clip_ratio_low|high` are its log-space bounds, the paper's 0.4 / 0.4), `sapo` (arXiv 2511.20347: a
+    sigmoid gate for the clip), `dppo_tv` / `dppo_kl` (arXiv 2602.04879: a trust region on p - p_old or their
+    binary KL; `algorithm.clip_ratio_low|high` are its bounds, 0.15 / 0.15 for tv and 0.05 / 0.05 for kl in the
+    paper). See `dapo_rl.algo.policy_loss_variants`. Register your own with `dapo_rl.algo.register_policy_loss`; a
+    loss's own hyperparameters are the fields below of the same name (`dapo_rl.algo.loss_hyperparameters`)."""
+    clip_cov_ratio: float = 0.0002
+    """`clip_cov`: share of tokens whose gradient is detached (the paper's r; verl's default)."""
+    clip_cov_lb: float = 1.0
+    """`clip_cov`: lower covariance bound of the candidates (omega_low)."""
+    clip_cov_ub: float = 5.0
+    """`clip_cov`: upper covariance bound (omega_high)."""
+    kl_cov_ratio: float = 0.0002
+    """`kl_cov`: share of tokens KL-penalised (the paper's k; verl's default)."""
+    ppo_kl_coef: float = 0.1
+    """`kl_cov`: coefficient of the |log-ratio| penalty (the paper's beta; verl's default)."""
+    tau_pos: float = 1.0
+    """`sapo`: gate temperature for positive advantages (the paper, verl and TRL)."""
+    tau_neg: float = 1.05
+    """`sapo`: gate temperature for the others."""
 
     def check(self) -> None:
         """Raises: ConfigError: naming the setting."""
         from dapo_rl.algo import POLICY_LOSSES
 
         _choice(self.loss_mode, tuple(sorted(POLICY_LOSSES)), "algorithm.policy_loss.loss_mode")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            check_number(f"algorithm.policy_loss.{name}", getattr(self, name), gt=0, le=1)
+        for name in ("ppo_kl_coef",):
+            check_number(f"algorithm.policy_loss.{name}", getattr(self, name), ge=0)
+        for name in ("tau_pos", "tau_neg"):
+            check_number(f"algorithm.policy_loss.{name}", getattr(self, name), gt=0)
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ConfigError(
+                f"algorithm.policy_loss.clip_cov_lb={self.clip_cov_lb} must be below clip_cov_ub={self.clip_cov_ub}"
+            )
 
 
 @dataclass

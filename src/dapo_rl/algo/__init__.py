@@ -7,10 +7,12 @@
 | Eq. 12 token-level loss aggregation     | ``agg_loss``                                 | policy_loss.py       |
 | Eq. 11 dynamic sampling                 | ``filter_groups``, ``kept_group_ids``        | dynamic_sampling.py  |
 | Eq. 13 soft overlong punishment         | ``overlong_penalty``                         | overlong.py          |
+| peers' losses (clip_cov, kl_cov, geo_mean, sapo, dppo_tv, dppo_kl) | ``compute_policy_loss_<name>`` | policy_loss_variants.py |
 | registries (`algorithm.adv_estimator`, `algorithm.policy_loss.loss_mode`) | ``register_adv_est``, ``register_policy_loss`` | advantages.py, policy_loss.py |
 | log-probs, entropy, masked statistics   | ``logprobs_from_logits``, ``entropy_from_logits``, ``masked_mean``, ``masked_sum`` | masked.py |
 """
 
+from dapo_rl.algo import policy_loss_variants  # noqa: F401 - registers the peers' losses
 from dapo_rl.algo.advantages import (
     ADV_ESTIMATORS,
     compute_grpo_advantages,
@@ -26,6 +28,7 @@ from dapo_rl.algo.policy_loss import (
     agg_loss,
     compute_policy_loss,
     get_policy_loss,
+    loss_hyperparameters,
     register_policy_loss,
 )
 
@@ -35,6 +38,7 @@ __all__ = [
     "POLICY_LOSSES",
     "get_adv_estimator",
     "get_policy_loss",
+    "loss_hyperparameters",
     "register_adv_est",
     "register_policy_loss",
     "agg_loss",

@@ -22,6 +22,7 @@ negative advantage whose ratio has grown far above 1 (the PPO clip does not boun
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -37,6 +38,7 @@ __all__ = [
     "compute_policy_loss_cispo",
     "compute_policy_loss_gspo",
     "get_policy_loss",
+    "loss_hyperparameters",
     "policy_loss_stats",
     "register_policy_loss",
 ]
@@ -49,6 +51,16 @@ register_policy_loss = POLICY_LOSSES.register
 """Decorator: `@register_policy_loss("name")` makes a loss selectable as `algorithm.policy_loss.loss_mode=name`."""
 get_policy_loss = POLICY_LOSSES.lookup
 """The loss registered under a name (ValueError for an unknown one)."""
+
+
+def loss_hyperparameters(loss: PolicyLoss, values: object) -> dict:
+    """The keyword arguments a registered loss takes beyond `compute_policy_loss`'s, read from `values` (the run's
+    `PolicyLossConfig`): every parameter of `loss` that `values` has an attribute of the same name for
+    (`clip_cov_ratio`, `tau_pos`, ...). A loss declares a hyperparameter by naming it as a keyword argument with
+    its paper's default; the config field of that name sets it.
+    """
+    names = inspect.signature(loss).parameters
+    return {k: getattr(values, k) for k in names if k != "loss_mode" and hasattr(values, k)}
 
 
 LOSS_AGG_MODES: tuple[str, ...] = (
