@@ -473,6 +473,37 @@ def test_registries_select_estimators_and_losses_by_name():
         get_policy_loss("grpo_zero")
 
 
+def test_batch_std_advantages_by_hand_and_against_trls_scale_rewards_batch():
+    """ScaleRL's batch-level normalisation (`grpo_batch_std`): the group's mean, the batch's std."""
+    from dapo_rl.algo import get_adv_estimator
+
+    est = get_adv_estimator("grpo_batch_std")
+    # groups (1, 0) and (1, 1): centred (0.5, -0.5, 0, 0); batch std of (1, 0, 1, 1) = 0.5 -> (1, -1, 0, 0),
+    # where GRPO's group std (0.7071) gives +-0.7071
+    scores, groups = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    assert est(scores, groups).tolist() == pytest.approx([1.0, -1.0, 0.0, 0.0], abs=1e-5)
+    assert compute_grpo_advantages(scores, groups).tolist() == pytest.approx(
+        [0.70710, -0.70710, 0, 0], abs=1e-5
+    )
+    assert est(scores, groups, norm_adv_by_std_in_grpo=False).tolist() == [0.5, -0.5, 0.0, 0.0]
+    # a group that nearly agrees keeps its small spread instead of being scaled to unit std
+    scores, groups = torch.tensor([0.9, 1.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    batch = est(scores, groups)
+    assert abs(batch[0].item()) < 0.15 and compute_grpo_advantages(scores, groups)[0].item() == pytest.approx(
+        -0.7071, abs=1e-4
+    )
+
+    def trl(rewards, group_size, eps):  # TRL's scale_rewards="batch" (grpo_trainer.py), re-typed
+        mean = rewards.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
+        return (rewards - mean) / (rewards.std() + eps)
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        r = torch.randint(0, 3, (24,), generator=g).double() - 1.0
+        ours = est(r, torch.arange(6).repeat_interleave(4), eps=1e-4)
+        assert torch.allclose(ours, trl(r, 4, 1e-4), atol=1e-6)
+
+
 def test_dr_grpo_centres_without_dividing_by_the_std():
     scores = torch.tensor([1.0, -1.0, -1.0, -1.0, 0.5, 0.5])
     gidx = torch.tensor([0, 0, 0, 0, 1, 1])

@@ -7,7 +7,11 @@ import torch
 
 from dapo_rl.actor import Actor, TrainBatch
 from dapo_rl.algo import compute_policy_loss
-from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
+from dapo_rl.algo.rollout_correction import (
+    MismatchStats,
+    compute_rollout_correction,
+    off_policy_sequence_mask,
+)
 from dapo_rl.config import (
     ActorConfig,
     AlgorithmConfig,
@@ -141,6 +145,49 @@ def test_config_validation():
         )
 
 
+# ------------------------------------------------------------------------------ off-policy sequence masking
+def test_off_policy_sequence_mask_by_hand():
+    # row 0: mean log(mu / pi) = (ln 2 + 0) / 2 = 0.3466 (the padding's -7 ignored); row 1: (ln 2 + ln 2 + 0) / 3
+    # = 0.4621; row 2 the same as row 0 with a positive advantage
+    pi = torch.tensor([[L(0.25), L(0.6), 0.0], [L(0.2), L(0.1), L(0.9)], [L(0.25), L(0.6), 0.0]])
+    mu = torch.tensor([[L(0.5), L(0.6), -7.0], [L(0.4), L(0.2), L(0.9)], [L(0.5), L(0.6), -7.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    A = torch.tensor([-1.0, -1.0, 1.0])
+    # delta 0.4: only row 1 drifted far enough; row 2 is far but its advantage is positive
+    keep = off_policy_sequence_mask(pi, mu, A, mask, 0.4)
+    assert keep.tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 1]]
+    # delta 0.3: row 0 too (0.3466 > 0.3)
+    assert off_policy_sequence_mask(pi, mu, A, mask, 0.3)[:, 0].tolist() == [0, 0, 1]
+    # pi above mu (negative drift) never masks, whatever the advantage
+    assert off_policy_sequence_mask(mu, pi, A, mask, 0.0).min().item() == 1.0
+    # per-token advantages: only the negative tokens of a drifted response leave
+    A_tok = torch.tensor([[-1.0, 1.0, 0.0], [-1.0, -1.0, 2.0], [1.0, 1.0, 0.0]])
+    assert off_policy_sequence_mask(pi, mu, A_tok, mask, 0.3).tolist() == [[0, 1, 1], [0, 0, 1], [1, 1, 1]]
+    with pytest.raises(ValueError, match="must be the same"):
+        off_policy_sequence_mask(pi, mu[:, :2], A, mask, 0.3)
+
+
+def trl_off_policy_mask(logp, sampling, A, mask, threshold):
+    """TRL's `get_off_policy_mask` (huggingface/trl@f2cd577 grpo_trainer.py), re-typed."""
+    kl = sampling - logp.detach()
+    avg = (kl * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+    return ((A.unsqueeze(1) >= 0) | (avg <= threshold)).float()
+
+
+def test_off_policy_sequence_mask_equals_trls():
+    g = torch.Generator().manual_seed(0)
+    kept = []
+    for _ in range(5):
+        logp = -torch.rand(8, 6, generator=g) * 3
+        sampling = logp + torch.randn(8, 6, generator=g) * 0.2
+        A = torch.randn(8, generator=g)
+        mask = (torch.arange(6) < torch.randint(1, 7, (8,), generator=g)[:, None]).float()
+        ours = off_policy_sequence_mask(logp, sampling, A, mask, 0.05)
+        assert torch.equal(ours, trl_off_policy_mask(logp, sampling, A, mask, 0.05).expand_as(ours))
+        kept += ours[:, 0].tolist()
+    assert 0 < sum(kept) < len(kept)  # both outcomes occur
+
+
 # ------------------------------------------------------------------------------------------ the real actor
 def _tiny(path):
     return save_tiny_checkpoint(path, seed=3)
@@ -223,6 +270,31 @@ def test_actor_bypass_mode_skips_the_recompute_and_matches_it(tmp_path):
             AlgorithmConfig(rollout_correction=RolloutCorrectionConfig(bypass_mode=True)),
         )
         actor.update(_batch(tok))
+
+
+def test_actor_off_policy_mask_equals_zeroing_the_drifted_negative_rows_loss(tmp_path):
+    tok = _tiny(tmp_path)
+    shift = torch.zeros(4, 1)
+    shift[1] = 0.5  # the engine gave row 1 (A = -1) e^0.5 times the trainer's probability on every token
+    rc = RolloutCorrectionConfig(off_policy_mask_threshold=0.1)
+    m, p = _update(tmp_path, _batch(tok), rc, mu_shift=shift)
+    # the same update with row 1's loss zeroed but its tokens still in the token-mean's normaliser: its
+    # advantage 0 does exactly that
+    ref = _batch(tok)
+    ref.advantages[1] = 0.0
+    _, p_ref = _update(tmp_path, ref, RolloutCorrectionConfig(), mu_shift=shift)
+    _same_params(p, p_ref)
+    n_row1 = float(_batch(tok).response_mask[1].sum())
+    assert m["actor/opsm_masked_fraction"] == pytest.approx(n_row1 / float(_batch(tok).response_mask.sum()))
+    # the same drift on a positive row (row 0) masks nothing: the update is the unmasked one
+    shift = torch.zeros(4, 1)
+    shift[0] = 0.5
+    m, p = _update(tmp_path, _batch(tok), rc, mu_shift=shift)
+    _, p_ref = _update(tmp_path, _batch(tok), RolloutCorrectionConfig(), mu_shift=shift)
+    _same_params(p, p_ref)
+    assert m["actor/opsm_masked_fraction"] == 0.0
+    with pytest.raises(ConfigError, match="off_policy_mask_threshold=nan"):
+        load_config(None, ["algorithm.rollout_correction.off_policy_mask_threshold=nan"])
 
 
 def test_truncated_sampling_bias_is_named_where_the_engines_logprobs_are_used():

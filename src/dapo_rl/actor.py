@@ -22,7 +22,11 @@ from dapo_rl.algo import (
     loss_hyperparameters,
     masked_mean,
 )
-from dapo_rl.algo.rollout_correction import MismatchStats, compute_rollout_correction
+from dapo_rl.algo.rollout_correction import (
+    MismatchStats,
+    compute_rollout_correction,
+    off_policy_sequence_mask,
+)
 from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.distributed.balance import token_budget_bins
@@ -601,6 +605,12 @@ class Actor:
                     )  # None only on-policy
                     if track_in_loop and epoch == 0:  # pi_train = pi_theta: no old log-probs to compare
                         mismatch.add(logp.detach(), micro.rollout_log_prob.to(dev), mask)
+                    loss_mask = mask
+                    if rc.off_policy_mask_threshold is not None:  # against the current pi_theta, each step
+                        sampler = old if micro.rollout_log_prob is None else micro.rollout_log_prob.to(dev)
+                        loss_mask = mask * off_policy_sequence_mask(
+                            logp, sampler, micro.advantages.to(dev), mask, rc.off_policy_mask_threshold
+                        )
                     extra = {}
                     if micro.rollout_is_weights is not None:
                         extra["rollout_is_weights"] = micro.rollout_is_weights.to(dev)
@@ -610,7 +620,7 @@ class Actor:
                         logp,
                         old,
                         micro.advantages.to(dev),
-                        mask,
+                        loss_mask,
                         clip_ratio_low=algo.clip_ratio_low,
                         clip_ratio_high=algo.clip_ratio_high,
                         clip_ratio_c=algo.clip_ratio_c,
@@ -624,6 +634,8 @@ class Actor:
                     ntok = float(mask.sum())
                     tok_total += ntok
                     stats = dict(stats)
+                    if loss_mask is not mask:
+                        stats["opsm_masked_fraction"] = 1.0 - float(loss_mask.sum()) / max(ntok, 1.0)
                     stats["entropy"] = float(masked_mean(ent, mask)) if ntok > 0 else 0.0
                     stats["pg_loss"] = loss.item() * n_tok / max(ntok, 1.0)
                     for k, v in stats.items():

@@ -221,6 +221,11 @@ class RolloutCorrectionConfig:
     """Upper bound of the accepted ratio (null: `rollout_is_threshold`)."""
     rollout_rs_threshold_lower: Optional[float] = None  # noqa: UP045
     """Lower bound (null: 1 / upper)."""
+    off_policy_mask_threshold: Optional[float] = None  # noqa: UP045
+    """DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556; TRL's name, slime's `--opsm-delta`): a
+    negative-advantage response whose mean log(mu / pi_theta) exceeds this (nats per token; slime's default 1e-4)
+    leaves the loss at that update step; null: off. mu is the engine's log-probs, or pi_old without them (then it
+    only acts once pi_theta has moved: several mini-batches or epochs)."""
     bypass_mode: bool = False
     """pi_old := mu, the engine's log-probs: skips the old-log-prob forward (which only runs with several
     mini-batches or epochs, or with `rollout_is` / `rollout_rs`); PPO's clipped ratio pi_theta / mu then does the
@@ -242,6 +247,10 @@ class RolloutCorrectionConfig:
             raise ConfigError(
                 f"algorithm.rollout_correction: thresholds must be > 0 with lower <= upper, got rollout_is_threshold="
                 f"{self.rollout_is_threshold}, rollout_rs bounds [{lower}, {upper}]"
+            )
+        if self.off_policy_mask_threshold is not None:
+            check_number(
+                "algorithm.rollout_correction.off_policy_mask_threshold", self.off_policy_mask_threshold
             )
         if self.bypass_mode and (self.rollout_is or self.rollout_rs):
             raise ConfigError(
@@ -361,7 +370,8 @@ class AlgorithmConfig:
 
     adv_estimator: str = "grpo"
     """Advantage estimator, by its name in `dapo_rl.algo.ADV_ESTIMATORS` (`grpo`: group-normalised, DAPO Eq. 9;
-    register your own with `dapo_rl.algo.register_adv_est`)."""
+    `grpo_batch_std`: the group's mean as baseline, the whole batch's std as scale, ScaleRL arXiv 2510.13786 and
+    TRL's `scale_rewards="batch"`; register your own with `dapo_rl.algo.register_adv_est`)."""
     policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     norm_adv_by_std_in_grpo: bool = True
     """Divide by the group's standard deviation (GRPO); false gives Dr. GRPO's mean-only centring."""
@@ -1427,9 +1437,9 @@ def validate_config(cfg: Config) -> None:
             f"away below about lr {BF16_WEIGHTS_MIN_LR:g}), so the policy would never change. Keep model.dtype="
             "float32 and set actor.autocast_dtype=bfloat16 (bf16 compute, fp32 weights and optimizer state)"
         )
-    if a.adv_estimator == "grpo" and r.n < 2:
+    if a.adv_estimator in ("grpo", "grpo_batch_std") and r.n < 2:
         raise ConfigError(
-            f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator=grpo, DAPO Eq. 9) compare the "
+            f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator={a.adv_estimator}, DAPO Eq. 9) compare the "
             "responses to one prompt with each other, so a group of one has advantage 0 and the run would learn "
             "nothing; use rollout.n >= 2 (DAPO: 16)"
         )

@@ -16,7 +16,13 @@ import torch
 
 from dapo_rl.algo.registry import Registry
 
-__all__ = ["ADV_ESTIMATORS", "compute_grpo_advantages", "get_adv_estimator", "register_adv_est"]
+__all__ = [
+    "ADV_ESTIMATORS",
+    "compute_grpo_advantages",
+    "compute_grpo_batch_std_advantages",
+    "get_adv_estimator",
+    "register_adv_est",
+]
 
 AdvEstimator = Callable[..., torch.Tensor]
 ADV_ESTIMATORS: Registry[AdvEstimator] = Registry("advantage estimator")
@@ -103,3 +109,42 @@ def compute_grpo_advantages(
     group_min = empty.scatter_reduce(0, group, scores, reduce="amin", include_self=False)
     constant = (group_max == group_min)[group]
     return torch.where(constant, torch.zeros_like(advantages), advantages).to(out_dtype)
+
+
+@register_adv_est("grpo_batch_std")
+def compute_grpo_batch_std_advantages(
+    scores: torch.Tensor,
+    group_index: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> torch.Tensor:
+    """Group-centred, batch-scaled advantages: ScaleRL's batch-level advantage normalisation (Khatri et al. 2025,
+    "The Art of Scaling Reinforcement Learning Compute for LLMs", arXiv 2510.13786, Sec. 3; TRL's
+    `scale_rewards="batch"`):
+
+        A_i = (R_i - mean_g) / (std(R over the batch) + eps)
+
+    The baseline is still the group's mean (a constant group, and a group of one, get exactly 0, as in
+    `compute_grpo_advantages`), but every advantage is divided by one number, the unbiased standard deviation of
+    all the step's scores (the kept groups after dynamic sampling), so a group whose answers nearly agree is not
+    blown up to unit scale. TRL takes eps = 1e-4 and the std of the generation batch (it has no dynamic sampling);
+    `norm_adv_by_std_in_grpo=False` leaves the centred scores undivided, as for `grpo`.
+
+    Args:
+        scores: `(B,)` sequence-level rewards (float; integer/bool are cast to float32).
+        group_index: `(B,)` integer group id of each sample.
+        eps: added to the batch std.
+        norm_adv_by_std_in_grpo: divide by the batch std.
+
+    Returns:
+        `(B,)` advantages, dtype of `scores` (float32 if not floating).
+
+    Raises:
+        ValueError: as `compute_grpo_advantages`.
+    """
+    centred = compute_grpo_advantages(scores, group_index, eps, norm_adv_by_std_in_grpo=False)
+    if not norm_adv_by_std_in_grpo or scores.shape[0] < 2:
+        return centred
+    std = scores.to(torch.float64).std()
+    return (centred.to(torch.float64) / (std + eps)).to(centred.dtype)

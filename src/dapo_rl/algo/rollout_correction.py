@@ -14,6 +14,9 @@ Mismatch"; the same correction as TRL's `vllm_importance_sampling_correction`), 
   ``exp(mean_t log rho_t)``) masks out tokens or whole responses whose ratio falls outside
   ``[rollout_rs_threshold_lower, rollout_rs_threshold]`` (lower default: the reciprocal of the upper); masked
   tokens leave the loss *and* its token count;
+- ``off_policy_mask_threshold`` (DeepSeek-V3.2's off-policy sequence masking, ``off_policy_sequence_mask``): every
+  token of a negative-advantage response whose mean log(mu / pi_theta) exceeds the threshold leaves the loss (not
+  its normaliser), at each update step against the current pi_theta;
 - ``bypass_mode``: pi_old := mu, the engine's log-probs, so the recompute forward is skipped and PPO's own clipped
   ratio pi_theta / mu does the correcting (two policies instead of three).
 
@@ -40,6 +43,7 @@ __all__ = [
     "RS_LEVELS",
     "MismatchStats",
     "compute_rollout_correction",
+    "off_policy_sequence_mask",
 ]
 
 IS_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -119,6 +123,53 @@ def compute_rollout_correction(
         log_w = tok if rollout_is == "token" else seq.unsqueeze(-1).expand_as(tok)
         weights = log_w.exp().clamp(max=rollout_is_threshold) * keep
     return weights, keep.float()
+
+
+def off_policy_sequence_mask(
+    log_prob: torch.Tensor,
+    sampling_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    threshold: float,
+) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence masking (DeepSeek-AI 2025, arXiv 2512.02556, Sec. 3.1, "Keep the
+    policy on-policy"; TRL's `off_policy_mask_threshold`, slime's `--use-opsm`): a response that the current policy
+    has drifted away from, and whose advantage is negative, teaches by pushing down tokens the policy no longer
+    samples, which destabilises training; such responses leave the loss:
+
+        M_{i,t} = 0  if  A_{i,t} < 0  and  (1/|o_i|) sum_t log( mu(o_{i,t}) / pi_theta(o_{i,t}) ) > delta
+                = 1  otherwise
+
+    where mu is the sampling policy (the engine's log-probs, or pi_old where the batch has none). Applied to the
+    loss mask of each micro-batch at each update step (pi_theta moves between mini-batches); the loss keeps its
+    normaliser, as TRL and slime do (the masked tokens count as zeros).
+
+    Args:
+        log_prob: `(B, T)` log pi_theta of the response tokens (used without gradient).
+        sampling_log_prob: `(B, T)` log mu of the same tokens.
+        advantages: `(B,)` or `(B, T)`.
+        response_mask: `(B, T)` bool or 0/1.
+        threshold: delta, in nats per token (slime's default 1e-4).
+
+    Returns:
+        `(B, T)` float mask, 1 where the token stays (multiply the loss mask by it).
+
+    Raises:
+        ValueError: shapes that differ.
+    """
+    if not (log_prob.shape == sampling_log_prob.shape == response_mask.shape) or log_prob.dim() != 2:
+        raise ValueError(
+            f"log_prob {tuple(log_prob.shape)}, sampling_log_prob {tuple(sampling_log_prob.shape)} and "
+            f"response_mask {tuple(response_mask.shape)} must be the same (B, T) shape"
+        )
+    with torch.no_grad():
+        mask = response_mask.to(torch.bool)
+        drift = masked_sum(sampling_log_prob.float() - log_prob.detach().float(), mask, dim=-1)
+        drift = drift / mask.sum(-1).clamp(min=1)  # (B,) mean log(mu / pi_theta)
+        A = advantages.detach()
+        A = A.unsqueeze(-1) if A.dim() == 1 else A
+        drop = (A < 0) & (drift > threshold).unsqueeze(-1)
+        return (~drop).expand_as(log_prob).to(torch.float32)
 
 
 @dataclass
