@@ -43,6 +43,17 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
     assert ladder.thresholds == [0.15, 0.17]
     assert [r.name for r in load_spec("loss_variants").rows] == ["dapo", "dr_grpo", "gspo", "cispo"]
     assert [r.name for r in load_spec("zero_waste").rows] == ["dapo", "dapo_zero_waste"]
+    assert [r.name for r in load_spec("policy_losses").rows] == [
+        "dapo",
+        "clip_cov",
+        "kl_cov",
+        "geo_mean",
+        "sapo",
+        "dppo_tv",
+        "dppo_kl",
+        "opsm",
+        "batch_std",
+    ]
     assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
     epochs = load_spec("zero_waste_epochs")
     assert [r.name for r in epochs.rows] == [
@@ -50,7 +61,14 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         "dapo_512",
         "dapo_zero_waste_512",
     ]
-    for name in ("ladder", "loss_variants", "zero_waste", "overlong_buffer", "zero_waste_epochs"):
+    for name in (
+        "ladder",
+        "loss_variants",
+        "zero_waste",
+        "overlong_buffer",
+        "zero_waste_epochs",
+        "policy_losses",
+    ):
         check_rows(load_spec(name), [])  # every shipped row's settings load and validate
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: tiny_chain_steps\nbudget_samples: 64\nrows:\n  - name: a\n  - name: a\n")
@@ -69,7 +87,7 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         load_spec(str(bad))
     with pytest.raises(
         ConfigError,
-        match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, zero_waste",
+        match="no ablation spec .ladderr.*ladder, loss_variants, overlong_buffer, policy_losses, zero_waste",
     ):
         load_spec("ladderr")
     bad.write_text(
