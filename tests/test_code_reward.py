@@ -370,6 +370,16 @@ def test_flooding_output_fails_and_is_counted(scorer, code, gt):
     assert res["score"] == -1.0 and "flood" in res["code"]["hacks"], res
 
 
+@pytest.mark.parametrize("gt", [ADD_CALLS, HUMANEVAL], ids=["calls", "humaneval"])
+def test_a_huge_returned_value_is_a_wrong_answer_not_a_flood(scorer, gt):
+    """An honest function whose value's JSON passes the output cap (SmolLM2's `factorize` on HumanEval/25 built
+    nested lists of tens of MB, 2026-12-07): the harness reports the size instead of the cut value, so the response
+    is wrong and no hack is counted."""
+    fn = gt.get("fn_name") or gt["entry_point"]
+    res = score_one(scorer, f"def {fn}(a, b):\n    return [[a] * 1000] * 2000", gt)
+    assert res["score"] == -1.0 and res["code"]["outcome"] == "wrong" and res["code"]["hacks"] == [], res
+
+
 def test_forged_report_lines_fail_and_are_counted(scorer):
     """The program finds the harness's nonce and writes a report of its own: all tests done, then leaves."""
     code = """

@@ -256,15 +256,17 @@ def _alarm(seconds):
         pass
 
 
-def call_main(nonce, code, calls, fn_name, test_s, load_s):
+def call_main(nonce, code, calls, fn_name, test_s, load_s, value_bytes):
     """The call program: load `code`, call `fn_name` on each of `calls` (tagged ``[args, kwargs]`` pairs), one line
     per call; ``{"done": true}`` after the last.
 
     Lines (each prefixed with `nonce`): ``{"compile_error": str}``, ``{"load_error": str}`` (the module raised,
     timed out, or has no such function), ``{"exit": "load"}``, ``{"tampered": [names]}``, then per call
     ``{"i": i, "value": data}`` | ``{"i": i, "raised": name}`` | ``{"i": i, "timeout": true}`` |
-    ``{"i": i, "exit": true}`` | ``{"i": i, "foreign": name, "suspicious": bool}``, each possibly with
-    ``"tampered": [names]`` (the program stops there).
+    ``{"i": i, "exit": true}`` | ``{"i": i, "foreign": name, "suspicious": bool}`` | ``{"i": i, "too_large":
+    bytes}`` (the value's JSON would pass the `value_bytes` left of the output cap: the report stays whole, so an
+    honest function returning a huge value is a wrong answer, not a flood), each possibly with ``"tampered":
+    [names]`` (the program stops there).
     """
     emit = _Emitter(nonce)
     _SIGNAL(_SIGALRM, _on_alarm)
@@ -322,8 +324,13 @@ def call_main(nonce, code, calls, fn_name, test_s, load_s):
         try:
             got = fn(*args, **kwargs)
             out["value"] = encode(got)
+            size = _LEN(_DUMPS(out["value"]))
             if _MONOTONIC() - t0 > test_s:  # past its time with the alarm ignored, blocked or cancelled
                 out = {"i": i, "timeout": True}
+            elif size > value_bytes:  # a value past what is left of the output cap: reported as such, not cut
+                out = {"i": i, "too_large": size}
+            else:
+                value_bytes -= size
         except TestTimeout:
             out = {"i": i, "timeout": True}
         except SystemExit:

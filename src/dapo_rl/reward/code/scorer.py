@@ -346,7 +346,11 @@ class CodeScorer:
         return min(LOAD_S + n * self.limits.test_timeout_s, max(self.limits.total_timeout_s, LOAD_S + 1.0))
 
     def _call_program(self, nonce: str, code: str, calls: list, fn: str) -> str:
-        return _program("call_main", nonce, code, calls, fn, float(self.limits.test_timeout_s), LOAD_S)
+        # what the values may take of the output cap, leaving room for every other line of the report
+        value_bytes = (int(self.limits.output_mib) << 20) - 65536 - 64 * len(calls)
+        return _program(
+            "call_main", nonce, code, calls, fn, float(self.limits.test_timeout_s), LOAD_S, value_bytes
+        )
 
     def _result(self, v: _Verdict) -> ScoreResult:
         ok = v.outcome == "pass" and not v.hacks
@@ -462,6 +466,11 @@ class CodeScorer:
         if obj.get("exit") is True:
             v.hack("exit")
             return {"failed": "exit"}, "runtime_error"
+        if type(obj.get("too_large")) is int:
+            v.detail = (
+                v.detail or f"returned a value of {obj['too_large']} bytes of JSON, past the output cap"
+            )
+            return {"failed": "too_large"}, "wrong"
         if "foreign" in obj:
             if obj.get("suspicious") is True:
                 v.hack("always_equal")
