@@ -53,6 +53,8 @@ def test_shipped_specs_load_and_bad_specs_name_the_problem(tmp_path):
         "dppo_kl",
         "opsm",
         "batch_std",
+        "kl",
+        "kl_reset",
     ]
     assert [r.name for r in load_spec("overlong_buffer").rows] == ["dapo", "dapo_buffer8"]
     epochs = load_spec("zero_waste_epochs")

@@ -22,6 +22,8 @@ from dapo_rl.algo import (
     loss_hyperparameters,
     masked_mean,
 )
+from dapo_rl.algo.kl import kl_penalty
+from dapo_rl.algo.policy_loss import agg_loss
 from dapo_rl.algo.rollout_correction import (
     MismatchStats,
     compute_rollout_correction,
@@ -33,6 +35,7 @@ from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.lora import hf_name, is_adapter_name, lora_layers, merged_layer_weights, wrap_model
 from dapo_rl.models.hf import DTYPES, load_model
 from dapo_rl.perf import choose_autocast_dtype
+from dapo_rl.reference import ReferencePolicy
 
 SHARED_PREFIX_MIN_SAVING = 0.1
 """`actor.shared_prefix` takes its two-pass forward for a micro-batch only when repeated prompts are at least this
@@ -61,6 +64,8 @@ class TrainBatch:
             sampling; asynchronous groups of an older version): their pi_old is the engine's recorded log-probs,
             not a recompute (with `algorithm.rollout_correction`: the recompute, and the correction's weights
             against the recorded log-probs). None: none.
+        ref_log_prob: `(B, T)` float log-probs of the reference policy (`algorithm.use_kl_loss`; set by
+            `Actor.update`), or None.
     """
 
     input_ids: torch.Tensor
@@ -74,6 +79,7 @@ class TrainBatch:
     num_minibatches: int = 1
     rollout_is_weights: torch.Tensor | None = None
     stale: torch.Tensor | None = None
+    ref_log_prob: torch.Tensor | None = None
 
     @staticmethod
     def build(
@@ -156,6 +162,7 @@ class TrainBatch:
             self.num_minibatches,
             cut(self.rollout_is_weights),
             None if self.stale is None else self.stale[idx],
+            cut(self.ref_log_prob),
         )
 
 
@@ -306,6 +313,30 @@ class Actor:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warm) if warm > 0 else 1.0
         )
+        self.reference: ReferencePolicy | None = None
+        """The KL term's frozen reference policy (`algorithm.use_kl_loss`), else None."""
+        if algo.use_kl_loss:
+            if self.peft is not None:
+                raise ConfigError(
+                    "algorithm.use_kl_loss=true with LoRA (actor.lora.rank > 0) is not supported yet: the reference "
+                    "would be the base model with the adapters off, and a reset would have to merge them"
+                )
+            build = None
+            if self.ctx.sharded:
+
+                def build():  # the same sharding as the actor's; the weights come from it
+                    return load_sharded_model(
+                        model_path,
+                        self.ctx,
+                        dtype,
+                        trust_remote_code,
+                        attn_implementation,
+                        compute_dtype=torch.bfloat16 if bf16 else None,
+                        load_weights=False,
+                        config=config,
+                    )
+
+            self.reference = ReferencePolicy(model, build)
 
     @property
     def device(self) -> torch.device:
@@ -555,6 +586,7 @@ class Actor:
             batch.old_log_prob = self.compute_log_prob(batch)
             t_old = time.perf_counter() - t0
         recomputed = batch.old_log_prob  # the current policy's (or None on-policy, or mu in bypass mode)
+        ref_reset = self._reference_log_prob(batch, algo)
         if stale is not None and not rc.bypass_mode and not correct:
             # pi_old of a row an earlier policy sampled (a carried group, an asynchronous one): that policy, mu.
             # With rollout correction pi_old stays the recomputed current policy and the IS weights / rejection
@@ -630,7 +662,14 @@ class Actor:
                         **extra,
                         **self.policy_loss_params,
                     )
-                    (loss * world).backward()  # FSDP2 averages gradients over the ranks
+                    total = loss
+                    if micro.ref_log_prob is not None:  # the KL term to the reference (ProRL; verl's kl_loss)
+                        kl = kl_penalty(logp, micro.ref_log_prob.to(dev), algo.kl_loss_type)
+                        kl_loss = agg_loss(
+                            kl, mask, algo.loss_agg_mode, n_tok, n_seq, extra.get("loss_scale_factor")
+                        )
+                        total = loss + algo.kl_loss_coef * kl_loss
+                    (total * world).backward()  # FSDP2 averages gradients over the ranks
                     ntok = float(mask.sum())
                     tok_total += ntok
                     stats = dict(stats)
@@ -638,6 +677,8 @@ class Actor:
                         stats["opsm_masked_fraction"] = 1.0 - float(loss_mask.sum()) / max(ntok, 1.0)
                     stats["entropy"] = float(masked_mean(ent, mask)) if ntok > 0 else 0.0
                     stats["pg_loss"] = loss.item() * n_tok / max(ntok, 1.0)
+                    if micro.ref_log_prob is not None:
+                        stats["kl_loss"] = kl_loss.item() * n_tok / max(ntok, 1.0)
                     for k, v in stats.items():
                         if k != "num_tokens":
                             sums[k] = sums.get(k, 0.0) + float(v) * ntok
@@ -670,7 +711,29 @@ class Actor:
             else {}
         )
         out["time/old_log_prob_s"] = t_old
+        if self.reference is not None:
+            out["actor/kl_coef"] = algo.kl_loss_coef
+            out["actor/ref_reset"] = ref_reset
         return out
+
+    def _reference_log_prob(self, batch: TrainBatch, algo: AlgorithmConfig) -> float:
+        """With a reference policy: reset it to the current policy (and clear the optimizer's state) when
+        `algorithm.ref_reset_freq` updates have passed since the last reset (ProRL, arXiv 2505.24864 Sec. 3.2), then
+        set `batch.ref_log_prob` from a forward of the reference. Returns 1.0 when it reset, else 0.0."""
+        if self.reference is None:
+            return 0.0
+        done = self.scheduler.last_epoch  # updates so far (restored with the checkpoint)
+        reset = algo.ref_reset_freq > 0 and done > 0 and done % algo.ref_reset_freq == 0
+        if reset:
+            self.reference.reset_from(self.model)
+            self.optimizer.state.clear()  # AdamW's moments and step count start again
+        saved = self.model
+        self.model = self.reference.model
+        try:
+            batch.ref_log_prob = self.compute_log_prob(batch)
+        finally:
+            self.model = saved
+        return float(reset)
 
     # ------------------------------------------------------------------------------------- weights and state
     def engine_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -835,6 +898,14 @@ class Actor:
                 f"(its {path / 'model'} still loads as a model: start a new run with model.path set to it)"
             )
         state = self._dcp_state()
+        if "ref" in state and not any(
+            k.startswith("ref.")
+            for k in dcp.FileSystemReader(str(path / "dcp")).read_metadata().state_dict_metadata
+        ):
+            raise ConfigError(
+                f"{path}: algorithm.use_kl_loss=true, and this checkpoint was written without a reference policy; "
+                "resume it with the KL term off, or start a new run from its model/"
+            )
         with _single_process_dcp(self.ctx):
             dcp.load(state, checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
         set_state_dict(
@@ -845,6 +916,10 @@ class Actor:
             options=self._state_dict_options(),
         )
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.reference is not None:
+            from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+            set_model_state_dict(self.reference.model, state["ref"])
 
     def _state_dict_options(self):
         """Loading a LoRA checkpoint, which holds the adapters only (`_dcp_state`), leaves the frozen base as it is
@@ -865,7 +940,12 @@ class Actor:
                 n for n, p in self.model.named_parameters(remove_duplicate=False) if not p.requires_grad
             }
             model_sd = {k: v for k, v in model_sd.items() if k not in frozen}
-        return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
+        state = {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict()}
+        if self.reference is not None:  # after a reset it is not the initial model any more
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            state["ref"] = get_model_state_dict(self.reference.model)
+        return state
 
 
 ENTROPY_CHUNK_TOKENS = 1024

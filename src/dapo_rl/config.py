@@ -388,6 +388,19 @@ class AlgorithmConfig:
     (Dr. GRPO: each response's token sum over the constant `loss_scale_factor`)."""
     loss_scale_factor: Optional[float] = None  # noqa: UP045 - OmegaConf reads typing.Optional
     """The constant of `seq-mean-token-sum-norm` (verl's name); null: `data.max_response_length`."""
+    use_kl_loss: bool = False
+    """Add a KL term to a frozen reference policy (the initial model) to the loss, `kl_loss_coef` x the token
+    aggregate of `kl_loss_type` (verl's `actor.use_kl_loss`). DAPO removes it (paper Sec. 2.3); ProRL keeps it
+    with `ref_reset_freq`. Costs a reference forward per step and one more copy of the weights."""
+    kl_loss_coef: float = 0.001
+    """The KL term's coefficient (verl's default)."""
+    kl_loss_type: str = "low_var_kl"
+    """Its estimator (`dapo_rl.algo.kl`): `kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3` (verl's default), each
+    with a `+` for k2's straight-through gradient."""
+    ref_reset_freq: int = 0
+    """ProRL's reference reset (arXiv 2505.24864 Sec. 3.2): every this many training steps (actor updates) the
+    reference becomes the current policy and the optimizer's state is cleared; 0: never. ProRL reset by hand when
+    validation stalled or the KL term dominated; a period is the schedulable form of that."""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     overlong_filtering: bool = False
     """Mask truncated responses out of the loss (DAPO section 3.4, the alternative to soft punishment)."""
@@ -420,6 +433,17 @@ class AlgorithmConfig:
         check_number("algorithm.clip_ratio_c", self.clip_ratio_c, gt=1, finite=False)  # inf: no dual clip
         if self.loss_scale_factor is not None:
             check_number("algorithm.loss_scale_factor", self.loss_scale_factor, gt=0)
+        from dapo_rl.algo.kl import KL_ESTIMATORS
+
+        _choice(self.kl_loss_type, KL_ESTIMATORS, "algorithm.kl_loss_type")
+        check_number("algorithm.kl_loss_coef", self.kl_loss_coef, ge=0)
+        if self.ref_reset_freq < 0:
+            raise ConfigError(f"algorithm.ref_reset_freq={self.ref_reset_freq} must be >= 0 (0: never)")
+        if self.ref_reset_freq > 0 and not self.use_kl_loss:
+            raise ConfigError(
+                f"algorithm.ref_reset_freq={self.ref_reset_freq} resets the KL term's reference, and "
+                "algorithm.use_kl_loss is false: set use_kl_loss=true, or ref_reset_freq=0"
+            )
         self.campo.check()
 
 

@@ -745,15 +745,12 @@ class Trainer:
         tokens = all_reduce([float(batch.attention_mask.sum())], ctx)[0]
         metrics = dict(stats)
         metrics["data/skipped_rows"] = self.skipped_rows
-        for k in (
-            "entropy",
-            "pg_loss",
-            "pg_clipfrac_lower",
-            "pg_clipfrac_upper",
-            "pg_clipfrac_dual",
-            "ppo_kl",
-        ):
-            metrics[f"train/{k}"] = upd[f"actor/{k}"]
+        # the loss's statistics (entropy, pg_loss, pg_clipfrac_*, ppo_kl, and what a loss, the KL term or the
+        # off-policy mask adds: pg_cov_clipfrac, kl_loss, ref_reset, opsm_masked_fraction, ...)
+        renamed = ("actor/grad_norm", "actor/lr", "actor/num_skipped_steps")
+        for k, v in upd.items():
+            if k.startswith("actor/") and k not in renamed:
+                metrics[f"train/{k[len('actor/') :]}"] = v
         metrics["train/grad_norm"] = upd["actor/grad_norm"]
         metrics["train/lr"] = upd["actor/lr"]
         metrics["train/skipped_updates"] = upd["actor/num_skipped_steps"]
