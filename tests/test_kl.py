@@ -145,6 +145,12 @@ def test_a_reset_makes_the_reference_the_current_policy_and_clears_adams_state(t
     # updates 1 and 3 start from a reference equal to the policy (the initial one, then the reset): KL 0; Adam's
     # step count starts again at the reset
     assert steps == [(0.0, True, 1), (0.0, False, 2), (1.0, True, 1), (0.0, False, 2)]
+    assert m["time/ref_log_prob_s"] > 0
+    # a save while the state is empty (right after a reset) leaves it empty: torch's get_state_dict fills it with a
+    # zero-lr step, which would shrink the next real step
+    actor.optimizer.state.clear()
+    actor.save(tmp_path / "ckpt")
+    assert not actor.optimizer.state
 
 
 def test_the_reference_is_saved_and_restored_with_the_checkpoint(tmp_path):

@@ -402,3 +402,15 @@ def test_each_loss_trains_the_real_actor(tmp_path, name):
         assert metrics["actor/pg_cov_clipfrac"] > 0
     if name == "kl_cov":
         assert metrics["actor/pg_cov_klfrac"] > 0
+
+
+def test_losses_that_read_the_clip_bounds_as_other_bounds_warn_on_dapos_values():
+    from dapo_rl.algo.policy_loss_variants import clip_bounds_warning
+
+    msg = clip_bounds_warning("dppo_kl", 0.2, 0.28)
+    assert "binary-KL bounds" in msg and "algorithm.clip_ratio_low=0.05 algorithm.clip_ratio_high=0.05" in msg
+    assert "e^-0.4" in clip_bounds_warning("geo_mean", 0.2, 0.28)
+    assert clip_bounds_warning("geo_mean", 0.4, 0.4) is None
+    assert (
+        clip_bounds_warning("vanilla", 0.2, 0.28) is None and clip_bounds_warning("sapo", 0.2, 0.28) is None
+    )

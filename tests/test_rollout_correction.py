@@ -293,8 +293,11 @@ def test_actor_off_policy_mask_equals_zeroing_the_drifted_negative_rows_loss(tmp
     _, p_ref = _update(tmp_path, _batch(tok), RolloutCorrectionConfig(), mu_shift=shift)
     _same_params(p, p_ref)
     assert m["actor/opsm_masked_fraction"] == 0.0
-    with pytest.raises(ConfigError, match="off_policy_mask_threshold=nan"):
-        load_config(None, ["algorithm.rollout_correction.off_policy_mask_threshold=nan"])
+    for bad in ("nan", "-1"):  # a negative threshold would mask every negative response on-policy
+        with pytest.raises(
+            ConfigError, match=f"off_policy_mask_threshold={bad}.* must be a finite number >= 0"
+        ):
+            load_config(None, [f"algorithm.rollout_correction.off_policy_mask_threshold={bad}"])
 
 
 def test_truncated_sampling_bias_is_named_where_the_engines_logprobs_are_used():

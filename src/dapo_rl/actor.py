@@ -714,6 +714,7 @@ class Actor:
         if self.reference is not None:
             out["actor/kl_coef"] = algo.kl_loss_coef
             out["actor/ref_reset"] = ref_reset
+            out["time/ref_log_prob_s"] = self._ref_time
         return out
 
     def _reference_log_prob(self, batch: TrainBatch, algo: AlgorithmConfig) -> float:
@@ -729,10 +730,16 @@ class Actor:
             self.optimizer.state.clear()  # AdamW's moments and step count start again
         saved = self.model
         self.model = self.reference.model
+        t0 = time.perf_counter()
         try:
             batch.ref_log_prob = self.compute_log_prob(batch)
         finally:
             self.model = saved
+            if self.ctx.sharded:
+                # FSDP2 leaves the root's parameters (embeddings, final norm, an untied LM head) unsharded after a
+                # forward with no backward: free them now, not when the reference next runs (verl reshards too)
+                self.reference.model.reshard()
+        self._ref_time = time.perf_counter() - t0
         return float(reset)
 
     # ------------------------------------------------------------------------------------- weights and state
@@ -857,8 +864,13 @@ class Actor:
             for name, t in adapter_state(self.peft):  # a collective under FSDP2
                 if self.ctx.is_main:
                     adapter[name] = t.cpu()
+        fresh = not self.optimizer.state  # a reference reset just cleared AdamW's state
         with _single_process_dcp(self.ctx):
             dcp.save(self._dcp_state(), checkpoint_id=str(path / "dcp"), no_dist=not self.ctx.sharded)
+        if (
+            fresh
+        ):  # torch's get_state_dict filled it with a zero-lr step: the next real step must start afresh
+            self.optimizer.state.clear()
         # rank 0 writes the export after the collective save: the other ranks wait at the caller's barrier on the
         # CPU group (long timeout), not inside a GPU collective
         if self.ctx.is_main and export_model:

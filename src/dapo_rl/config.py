@@ -223,9 +223,11 @@ class RolloutCorrectionConfig:
     """Lower bound (null: 1 / upper)."""
     off_policy_mask_threshold: Optional[float] = None  # noqa: UP045
     """DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556; TRL's name, slime's `--opsm-delta`): a
-    negative-advantage response whose mean log(mu / pi_theta) exceeds this (nats per token; slime's default 1e-4)
-    leaves the loss at that update step; null: off. mu is the engine's log-probs, or pi_old without them (then it
-    only acts once pi_theta has moved: several mini-batches or epochs)."""
+    negative-advantage response whose mean log(mu / pi_theta) exceeds this (nats per token, >= 0) leaves the loss
+    at that update step; null: off. mu is the engine's log-probs (the paper's and TRL's reference), or pi_old where
+    the batch has none. The threshold must clear the engine's own mismatch (`rollout_corr/kl`): slime's default
+    1e-4 is measured against the trainer's recomputed pi_old, and against a bf16 vLLM engine's mu it would mask
+    nearly every negative response even on-policy (TRL's documentation suggests values near 0.5 there)."""
     bypass_mode: bool = False
     """pi_old := mu, the engine's log-probs: skips the old-log-prob forward (which only runs with several
     mini-batches or epochs, or with `rollout_is` / `rollout_rs`); PPO's clipped ratio pi_theta / mu then does the
@@ -250,7 +252,7 @@ class RolloutCorrectionConfig:
             )
         if self.off_policy_mask_threshold is not None:
             check_number(
-                "algorithm.rollout_correction.off_policy_mask_threshold", self.off_policy_mask_threshold
+                "algorithm.rollout_correction.off_policy_mask_threshold", self.off_policy_mask_threshold, ge=0
             )
         if self.bypass_mode and (self.rollout_is or self.rollout_rs):
             raise ConfigError(
@@ -276,17 +278,21 @@ class PolicyLossConfig:
     paper). See `dapo_rl.algo.policy_loss_variants`. Register your own with `dapo_rl.algo.register_policy_loss`; a
     loss's own hyperparameters are the fields below of the same name (`dapo_rl.algo.loss_hyperparameters`)."""
     clip_cov_ratio: float = 0.0002
-    """`clip_cov`: share of tokens whose gradient is detached (the paper's r; verl's default)."""
+    """`clip_cov`: share of tokens that drop out of the loss (the paper's r; verl's default), of each micro-batch's
+    tokens and at least one per micro-batch (`train/pg_cov_clipfrac` is the share in effect)."""
     clip_cov_lb: float = 1.0
     """`clip_cov`: lower covariance bound of the candidates (omega_low)."""
     clip_cov_ub: float = 5.0
     """`clip_cov`: upper covariance bound (omega_high)."""
     kl_cov_ratio: float = 0.0002
-    """`kl_cov`: share of tokens KL-penalised (the paper's k; verl's default)."""
+    """`kl_cov`: share of tokens KL-penalised (the paper's k: 2e-3 in its 7B recipe, 2e-4 at 32B; verl's default).
+    Like `clip_cov_ratio`, taken of each micro-batch's tokens and at least one token per micro-batch (as verl), so
+    the share in effect (`train/pg_cov_klfrac`) is higher on small micro-batches."""
     ppo_kl_coef: float = 0.1
-    """`kl_cov`: coefficient of the |log-ratio| penalty (the paper's beta; verl's default)."""
+    """`kl_cov`: coefficient of the |log-ratio| penalty (verl's config default; the paper's recipes use 1.0)."""
     tau_pos: float = 1.0
-    """`sapo`: gate temperature for positive advantages (the paper, verl and TRL)."""
+    """`sapo`: gate temperature for positive advantages (the paper, verl and TRL; verl's `actor.tau_pos`, TRL's
+    `sapo_temperature_pos`)."""
     tau_neg: float = 1.05
     """`sapo`: gate temperature for the others."""
 

@@ -301,7 +301,16 @@ def measure_update(
 
     Raises:
         RuntimeError: this process already belongs to a process group.
+        ConfigError: `algorithm.use_kl_loss` (the measurement does not model the reference policy yet).
     """
+    if cfg.algorithm.use_kl_loss:
+        from dapo_rl.config import ConfigError
+
+        raise ConfigError(
+            "dapo plan --measure does not model the KL term's reference policy yet (algorithm.use_kl_loss=true): "
+            "measure without it and add one more copy of the weights, sharded like the actor's, and no optimizer "
+            "state; its forward needs no more than the actor's"
+        )
     t0 = time.perf_counter()
     # Others' garbage is freed now, and no collection runs inside the fake mode: a finalizer run there sees fake
     # tensors (vLLM's CPU GEMM handler raised DataDependentOutputException in its __del__ under it).

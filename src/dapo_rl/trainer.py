@@ -29,6 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dapo_rl.actor import Actor, NonFiniteWeights, TrainBatch
+from dapo_rl.algo.policy_loss_variants import clip_bounds_warning
 from dapo_rl.algo.rollout_correction import truncated_sampling_bias
 from dapo_rl.campo import CampoSchedule
 from dapo_rl.checkpoint import (
@@ -198,6 +199,10 @@ class Trainer:
         )
         if bias is not None:
             self.log(f"warning: {bias}")
+        a = cfg.algorithm
+        bounds = clip_bounds_warning(a.policy_loss.loss_mode, a.clip_ratio_low, a.clip_ratio_high)
+        if bounds is not None:
+            self.log(f"warning: {bounds}")
         self.producer: RolloutProducer | None = None  # asynchronous training's rollout thread (K >= 1)
         self._async_state: dict | None = None  # its checkpointed state, on resume
         n_engines = cfg.rollout.n_gpus_per_node
@@ -761,7 +766,10 @@ class Trainer:
         if self.async_k == 0:
             metrics["time/score_s"] = self.episode.seconds - scored_before
         metrics["time/old_log_prob_s"] = upd["time/old_log_prob_s"]
-        metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"]
+        ref_s = upd.get("time/ref_log_prob_s", 0.0)  # the KL term's reference forward
+        if "time/ref_log_prob_s" in upd:
+            metrics["time/ref_log_prob_s"] = ref_s
+        metrics["time/update_s"] = t2 - t1 - upd["time/old_log_prob_s"] - ref_s
         metrics["time/sync_weights_s"] = t3 - t2
         metrics["perf/tokens_per_s"] = tokens / max(t3 - t0, 1e-9)
         recomputed = tokens if upd["time/old_log_prob_s"] > 0 else 0.0

@@ -34,6 +34,7 @@ from dapo_rl.algo.policy_loss import (
 )
 
 __all__ = [
+    "clip_bounds_warning",
     "compute_policy_loss_clip_cov",
     "compute_policy_loss_dppo_kl",
     "compute_policy_loss_dppo_tv",
@@ -41,6 +42,27 @@ __all__ = [
     "compute_policy_loss_kl_cov",
     "compute_policy_loss_sapo",
 ]
+
+
+PAPER_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "geo_mean": (0.4, 0.4, "log-ratio bounds (GMPO: e^-0.4, e^0.4)"),
+    "dppo_tv": (0.15, 0.15, "bounds on p - p_old (DPPO's TV setting)"),
+    "dppo_kl": (0.05, 0.05, "binary-KL bounds (DPPO's KL setting)"),
+}
+"""The losses that read `algorithm.clip_ratio_low|high` as bounds of another quantity, with their papers' values."""
+
+
+def clip_bounds_warning(loss_mode: str, clip_ratio_low: float, clip_ratio_high: float) -> str | None:
+    """A warning when a loss of `PAPER_BOUNDS` runs with DAPO's ratio bounds (0.2 / 0.28, the defaults), which it
+    would read as something else; None otherwise."""
+    if loss_mode not in PAPER_BOUNDS or (clip_ratio_low, clip_ratio_high) != (0.2, 0.28):
+        return None
+    low, high, what = PAPER_BOUNDS[loss_mode]
+    return (
+        f"algorithm.policy_loss.loss_mode={loss_mode} reads algorithm.clip_ratio_low|high as its {what}, and they "
+        f"are DAPO's ratio bounds 0.2 / 0.28; the paper's are {low} / {high} (set algorithm.clip_ratio_low={low} "
+        f"algorithm.clip_ratio_high={high})"
+    )
 
 
 def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
@@ -166,8 +188,8 @@ def compute_policy_loss_kl_cov(
     stats count where DAPO's clip *would* bind, for comparison.
 
     Args:
-        kl_cov_ratio: the share of tokens penalised (the paper's k; verl's default 2e-4).
-        ppo_kl_coef: the penalty's coefficient (the paper's beta; verl's default 0.1).
+        kl_cov_ratio: the share of tokens penalised (the paper's k; verl's default 2e-4), at least one token.
+        ppo_kl_coef: the penalty's coefficient (verl's config default 0.1; the paper's recipes 1.0).
         (others as `compute_policy_loss`.)
 
     Returns:
@@ -397,8 +419,9 @@ def compute_policy_loss_dppo_tv(
     (gradient: -A min(r, c) grad log pi = the PPO surrogate's, truncated at c). Aggregated by `loss_agg_mode`.
     The bounds are `algorithm.clip_ratio_low|high`, here *probability* differences (verl's `dppo_tv` reuses them
     the same way; its example and the paper's TV setting: 0.15 both), and c is `algorithm.clip_ratio_c` (verl's
-    default 3.0 applies there too). prime-rl's default loss is this region with 0.2 / 0.2 on the sampler's
-    log-probs (`algorithm.rollout_correction.bypass_mode=true` gives the same pi_old here).
+    default 3.0 applies there too, and binds rarely; verl's DPPO example and the paper's Sec. 5.4 take a large c,
+    10000: set `algorithm.clip_ratio_c` for that). prime-rl's default loss uses the TV region (0.2 / 0.2) against
+    the sampler's log-probs without truncation and adds 1e-3 (log r)^2; `bypass_mode=true` gives its pi_old here.
 
     Returns:
         `(loss, stats)` as `compute_policy_loss`: `pg_clipfrac_upper|lower` count tokens outside the region with
