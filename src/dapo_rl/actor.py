@@ -238,14 +238,13 @@ class Actor:
             cfg = replace(cfg, autocast_dtype=choose_autocast_dtype("auto", self.ctx.device)[0])
             self.cfg = cfg
         bf16 = cfg.autocast_dtype == "bfloat16"
+        # how this actor's model is sharded (and the KL term's reference alike)
+        shard_args = (model_path, self.ctx, dtype, trust_remote_code, attn_implementation)
+        compute_dtype = torch.bfloat16 if bf16 else None
         if self.ctx.sharded:
             model = load_sharded_model(
-                model_path,
-                self.ctx,
-                dtype,
-                trust_remote_code,
-                attn_implementation,
-                compute_dtype=torch.bfloat16 if bf16 else None,
+                *shard_args,
+                compute_dtype=compute_dtype,
                 gradient_checkpointing=cfg.gradient_checkpointing,
                 load_weights=load_weights,
                 config=config,
@@ -326,14 +325,7 @@ class Actor:
 
                 def build():  # the same sharding as the actor's; the weights come from it
                     return load_sharded_model(
-                        model_path,
-                        self.ctx,
-                        dtype,
-                        trust_remote_code,
-                        attn_implementation,
-                        compute_dtype=torch.bfloat16 if bf16 else None,
-                        load_weights=False,
-                        config=config,
+                        *shard_args, compute_dtype=compute_dtype, load_weights=False, config=config
                     )
 
             self.reference = ReferencePolicy(model, build)

@@ -352,6 +352,7 @@ def _dppo(
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
     clip_ratio_low: float,
     clip_ratio_high: float,
     clip_ratio_c: float,
@@ -361,7 +362,8 @@ def _dppo(
     rollout_is_weights,
     loss_scale_factor,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The DPPO loss with a `tv` or `kl` trust region (see `compute_policy_loss_dppo_tv`)."""
+    """The DPPO loss with a `tv` or `kl` trust region (see `compute_policy_loss_dppo_tv`), called with the
+    registered function's arguments by name (`**locals()`)."""
     A = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
     if not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
@@ -430,21 +432,7 @@ def compute_policy_loss_dppo_tv(
     Raises:
         ValueError: mismatched shapes, `clip_ratio_c <= 1`, an unknown `loss_agg_mode`.
     """
-    return _dppo(
-        "tv",
-        log_prob,
-        old_log_prob,
-        advantages,
-        response_mask,
-        clip_ratio_low,
-        clip_ratio_high,
-        clip_ratio_c,
-        loss_agg_mode,
-        global_num_tokens,
-        global_batch_size,
-        rollout_is_weights,
-        loss_scale_factor,
-    )
+    return _dppo("tv", **locals())
 
 
 @register_policy_loss("dppo_kl")
@@ -475,18 +463,4 @@ def compute_policy_loss_dppo_kl(
     Raises:
         ValueError: mismatched shapes, `clip_ratio_c <= 1`, an unknown `loss_agg_mode`.
     """
-    return _dppo(
-        "kl",
-        log_prob,
-        old_log_prob,
-        advantages,
-        response_mask,
-        clip_ratio_low,
-        clip_ratio_high,
-        clip_ratio_c,
-        loss_agg_mode,
-        global_num_tokens,
-        global_batch_size,
-        rollout_is_weights,
-        loss_scale_factor,
-    )
+    return _dppo("kl", **locals())
