@@ -411,6 +411,11 @@ def test_losses_that_read_the_clip_bounds_as_other_bounds_warn_on_dapos_values()
     assert "binary-KL bounds" in msg and "algorithm.clip_ratio_low=0.05 algorithm.clip_ratio_high=0.05" in msg
     assert "e^-0.4" in clip_bounds_warning("geo_mean", 0.2, 0.28)
     assert clip_bounds_warning("geo_mean", 0.4, 0.4) is None
+    # verl's default 0.2 / 0.2 and GSPO (its paper's bounds are three orders of magnitude smaller)
+    assert "PPO's (verl's default) token-ratio bounds 0.2 / 0.2" in clip_bounds_warning("dppo_tv", 0.2, 0.2)
+    msg = clip_bounds_warning("gspo", 0.2, 0.28)
+    assert "algorithm.clip_ratio_low=0.0003 algorithm.clip_ratio_high=0.0004" in msg
+    assert clip_bounds_warning("gspo", 3e-4, 4e-4) is None
     assert (
         clip_bounds_warning("vanilla", 0.2, 0.28) is None and clip_bounds_warning("sapo", 0.2, 0.28) is None
     )

@@ -48,20 +48,26 @@ PAPER_BOUNDS: dict[str, tuple[float, float, str]] = {
     "geo_mean": (0.4, 0.4, "log-ratio bounds (GMPO: e^-0.4, e^0.4)"),
     "dppo_tv": (0.15, 0.15, "bounds on p - p_old (DPPO's TV setting)"),
     "dppo_kl": (0.05, 0.05, "binary-KL bounds (DPPO's KL setting)"),
+    "gspo": (3e-4, 4e-4, "bounds on the length-normalised sequence ratio (GSPO: 3e-4 / 4e-4)"),
 }
-"""The losses that read `algorithm.clip_ratio_low|high` as bounds of another quantity, with their papers' values."""
+"""The losses that read `algorithm.clip_ratio_low|high` as bounds of another quantity (or, for GSPO, of a ratio
+whose spread is far smaller than a token's), with their papers' values."""
+
+TOKEN_RATIO_BOUNDS = {(0.2, 0.28): "DAPO's", (0.2, 0.2): "PPO's (verl's default)"}
+"""Token-ratio clip bounds a `PAPER_BOUNDS` loss should not be left with: DAPO's defaults and PPO's/verl's."""
 
 
 def clip_bounds_warning(loss_mode: str, clip_ratio_low: float, clip_ratio_high: float) -> str | None:
-    """A warning when a loss of `PAPER_BOUNDS` runs with DAPO's ratio bounds (0.2 / 0.28, the defaults), which it
-    would read as something else; None otherwise."""
-    if loss_mode not in PAPER_BOUNDS or (clip_ratio_low, clip_ratio_high) != (0.2, 0.28):
+    """A warning when a loss of `PAPER_BOUNDS` runs with token-ratio bounds (`TOKEN_RATIO_BOUNDS`: DAPO's 0.2 / 0.28,
+    the defaults, or PPO's 0.2 / 0.2), which it would read as something else; None otherwise."""
+    whose = TOKEN_RATIO_BOUNDS.get((clip_ratio_low, clip_ratio_high))
+    if loss_mode not in PAPER_BOUNDS or whose is None:
         return None
     low, high, what = PAPER_BOUNDS[loss_mode]
     return (
         f"algorithm.policy_loss.loss_mode={loss_mode} reads algorithm.clip_ratio_low|high as its {what}, and they "
-        f"are DAPO's ratio bounds 0.2 / 0.28; the paper's are {low} / {high} (set algorithm.clip_ratio_low={low} "
-        f"algorithm.clip_ratio_high={high})"
+        f"are {whose} token-ratio bounds {clip_ratio_low} / {clip_ratio_high}; the paper's are {low:g} / {high:g} "
+        f"(set algorithm.clip_ratio_low={low:g} algorithm.clip_ratio_high={high:g})"
     )
 
 
