@@ -34,6 +34,7 @@ from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, bar
 from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.lora import hf_name, is_adapter_name, lora_layers, merged_layer_weights, wrap_model
 from dapo_rl.models.hf import DTYPES, load_model
+from dapo_rl.models.lm_head import lm_head_in_fp32
 from dapo_rl.perf import choose_autocast_dtype
 from dapo_rl.reference import ReferencePolicy
 
@@ -245,6 +246,7 @@ class Actor:
             model = load_sharded_model(
                 *shard_args,
                 compute_dtype=compute_dtype,
+                lm_head_fp32=cfg.lm_head_fp32,
                 gradient_checkpointing=cfg.gradient_checkpointing,
                 load_weights=load_weights,
                 config=config,
@@ -281,6 +283,8 @@ class Actor:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if lora is not None and self.peft is None:
                 self.peft = wrap_model(model, lora, seed, model_path)
+            if cfg.lm_head_fp32:
+                lm_head_in_fp32(model)
         # One process autocasts; under FSDP2 the mixed-precision policy casts parameters for compute instead.
         self._autocast_dtype = torch.bfloat16 if bf16 and not self.ctx.sharded else None
         self.model = model
@@ -325,7 +329,11 @@ class Actor:
 
                 def build():  # the same sharding as the actor's; the weights come from it
                     return load_sharded_model(
-                        *shard_args, compute_dtype=compute_dtype, load_weights=False, config=config
+                        *shard_args,
+                        compute_dtype=compute_dtype,
+                        lm_head_fp32=cfg.lm_head_fp32,
+                        load_weights=False,
+                        config=config,
                     )
 
             self.reference = ReferencePolicy(model, build)
@@ -981,6 +989,7 @@ def load_sharded_model(
     attn_implementation: str | None = None,
     *,
     compute_dtype: torch.dtype | None = None,
+    lm_head_fp32: bool = False,
     gradient_checkpointing: bool = False,
     load_weights: bool = True,
     config=None,
@@ -1001,6 +1010,7 @@ def load_sharded_model(
         trust_remote_code: `model.trust_remote_code`.
         attn_implementation: transformers' attention kernel, or None.
         compute_dtype: FSDP2 mixed-precision compute dtype (`dapo_rl.distributed.fsdp.shard_model`).
+        lm_head_fp32: the LM head in float32 (`actor.lm_head_fp32`, `dapo_rl.models.lm_head`), set before sharding.
         gradient_checkpointing: enable transformers' non-reentrant activation checkpointing.
         load_weights: False: no rank reads the weights, only the config; the shards are left uninitialised for
             `Actor.load` to fill from DCP (resume), the rotary buffers computed from the config (`_init_buffers`).
@@ -1056,7 +1066,9 @@ def load_sharded_model(
             wrapped = wrap_model(model, lora, lora_seed, path)
     if lora is not None and full is not None:
         wrap_model(full, lora, lora_seed, path)
-    shard_model(model, ctx.mesh, compute_dtype)
+    if lm_head_fp32:
+        lm_head_in_fp32(model)
+    shard_model(model, ctx.mesh, compute_dtype, lm_head_fp32=lm_head_fp32)
     model.to_empty(device=ctx.device)
     if resumed:
         _init_buffers(model)

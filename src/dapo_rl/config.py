@@ -402,7 +402,8 @@ class AlgorithmConfig:
     """The KL term's coefficient (verl's default)."""
     kl_loss_type: str = "low_var_kl"
     """Its estimator (`dapo_rl.algo.kl`): `kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3` (verl's default), each
-    with a `+` for k2's straight-through gradient."""
+    with a `+` for k2's straight-through gradient. verl's `full` (the exact KL over the vocabulary) is not offered:
+    it needs the reference's whole logits, not its token log-probs."""
     ref_reset_freq: int = 0
     """ProRL's reference reset (arXiv 2505.24864 Sec. 3.2): every this many training steps (actor updates) the
     reference becomes the current policy and the optimizer's state is cleared; 0: never. ProRL reset by hand when
@@ -895,6 +896,12 @@ class ActorConfig:
     fp32 matmul at start and takes bf16 only where it is at least 1.3x faster (GPUs, CPUs with AVX512-BF16 or
     AMX), logging its choice and the figures (`dapo_rl.perf.choose_autocast_dtype`): speed over comparability, as
     the same recipe then computes differently on different machines (the tiny recipes name fp32)."""
+    lm_head_fp32: bool = False
+    """Compute the LM head in float32 under bf16 compute (ScaleRL, arXiv 2510.13786, Sec. 3.2; TRL's
+    `cast_lm_head_to_fp32`): the head's matmul runs outside autocast on float32 inputs and weights, an untied head's
+    parameters are kept in float32 (under FSDP2 its own float32 group). Halves the head's log-prob error against
+    float32 on SmolLM2-135M (docs/metrics.md, "fp32 LM head"); the logits take twice the memory of bf16 ones. No
+    effect on the parameters of an fp32 run without autocast. Not with a LoRA adapter on the head."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
     about a third more compute. Needed for long responses on big models."""
@@ -914,6 +921,11 @@ class ActorConfig:
                 "actor.gradient_checkpointing"
             )
         self.lora.check()
+        if self.lm_head_fp32 and self.lora.rank > 0 and "lm_head" in self.lora.target_modules:
+            raise ConfigError(
+                "actor.lm_head_fp32=true with lm_head in actor.lora.target_modules: the adapter's matmul would "
+                "bypass the float32 head; drop one of them"
+            )
         check_number("actor.lr", self.lr, ge=0)
         # nan here passes clip_grad_norm_ with a finite norm and NaN gradients: every weight NaN at step 1
         check_number("actor.grad_clip", self.grad_clip, gt=0)
@@ -1466,6 +1478,11 @@ def validate_config(cfg: Config) -> None:
             f"model.dtype=bfloat16 with actor.lr={act.lr}: bf16 weights cannot take updates this small (they round "
             f"away below about lr {BF16_WEIGHTS_MIN_LR:g}), so the policy would never change. Keep model.dtype="
             "float32 and set actor.autocast_dtype=bfloat16 (bf16 compute, fp32 weights and optimizer state)"
+        )
+    if a.use_kl_loss and act.lora.rank > 0:  # here, so that `dapo plan`/`train` stop before any model loads
+        raise ConfigError(
+            "algorithm.use_kl_loss=true with LoRA (actor.lora.rank > 0) is not supported yet: the reference would be "
+            "the base model with the adapters off, and a reset would have to merge them"
         )
     if a.adv_estimator in ("grpo", "grpo_batch_std") and r.n < 2:
         raise ConfigError(

