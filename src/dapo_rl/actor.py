@@ -34,7 +34,7 @@ from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, bar
 from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.lora import hf_name, is_adapter_name, lora_layers, merged_layer_weights, wrap_model
 from dapo_rl.models.hf import DTYPES, load_model
-from dapo_rl.models.lm_head import lm_head_in_fp32
+from dapo_rl.models.lm_head import fp32_head_names, lm_head_in_fp32
 from dapo_rl.perf import choose_autocast_dtype
 from dapo_rl.reference import ReferencePolicy
 
@@ -760,12 +760,14 @@ class Actor:
         Args:
             dtype: cast each local shard to this dtype before the gather (`torch.bfloat16` for an engine that
                 samples in bf16: half the all-gather traffic, and the engine would round to it anyway); None keeps
-                the parameters' dtype.
+                the parameters' dtype. An untied float32 head (`actor.lm_head_fp32`) stays float32, for the `hf`
+                engine's float32 head (an engine with a bf16 head rounds it on copy).
         """
         from collections import Counter
 
         with torch.no_grad():
             state = self.model.state_dict()
+            keep = fp32_head_names(self.model) if self.cfg.lm_head_fp32 else set()
             owner = {n: id(p) for n, p in self.model.named_parameters(remove_duplicate=False)}
             shared = {k for k, c in Counter(owner.values()).items() if c > 1}
             cache: dict[int, torch.Tensor] = {}
@@ -775,7 +777,7 @@ class Actor:
                 key = owner.get(name)  # None: a buffer
                 full = cache.get(key) if key is not None else None
                 if full is None:
-                    if dtype is not None and t.is_floating_point():
+                    if dtype is not None and t.is_floating_point() and name not in keep:
                         t = t.to(dtype)  # on a DTensor: each rank casts its own shard
                     full = (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
                     if key in shared:

@@ -291,6 +291,7 @@ class Trainer:
             dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
             trust_remote_code=cfg.model.trust_remote_code,
             attn_implementation=self.attn_implementation,
+            lm_head_fp32=cfg.actor.lm_head_fp32,
         )
         self.engine = None  # asynchronous training: only rank 0 has one (the engine processes)
         # LoRA: the engine applies the adapters unmerged and only they travel (lora.py, "the adapter push")

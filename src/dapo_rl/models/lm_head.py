@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from dapo_rl.config import ConfigError
 
-__all__ = ["lm_head_in_fp32", "is_fp32_head", "head_is_tied"]
+__all__ = ["lm_head_in_fp32", "is_fp32_head", "head_is_tied", "fp32_head_names"]
 
 
 def _fp32_forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -44,6 +44,16 @@ def is_fp32_head(module: torch.nn.Module | None) -> bool:
     """Whether `lm_head_in_fp32` changed this head module's forward."""
     fwd = getattr(module, "forward", None)
     return getattr(fwd, "__func__", None) is _fp32_forward
+
+
+def fp32_head_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names of an untied float32 head's parameters (`lm_head.weight`, its bias), which a bf16 push keeps
+    in float32; empty for a tied head or one `lm_head_in_fp32` did not change."""
+    head = model.get_output_embeddings()
+    if not is_fp32_head(head) or head_is_tied(model):
+        return set()
+    own = {id(p) for p in head.parameters()}
+    return {n for n, p in model.named_parameters() if id(p) in own}
 
 
 def lm_head_in_fp32(model: torch.nn.Module) -> torch.nn.Module:

@@ -77,6 +77,7 @@ def build_engine(
     trust_remote_code: bool = False,
     ctx=None,
     attn_implementation: str | None = None,
+    lm_head_fp32: bool = False,
 ) -> RolloutEngine:
     """The rollout engine of a `RolloutConfig`, started from the checkpoint at `model_path` on this rank's device.
     All engine settings are assembled here (the trainer and `dapo eval` both come through it).
@@ -100,6 +101,8 @@ def build_engine(
         ctx: `DistContext` of this rank (None: one process on the CPU).
         attn_implementation: transformers' attention kernel of the `hf` engine (None: transformers' default; vLLM
             picks its own).
+        lm_head_fp32: the `hf` engine computes its LM head in float32 as the actor does (`actor.lm_head_fp32`,
+            `dapo_rl.models.lm_head`); vLLM has no such setting and computes its head in `dtype`.
 
     Raises:
         ValueError: see `check_engine`.
@@ -116,6 +119,10 @@ def build_engine(
         model = load_model(model_path, dtype, trust_remote_code, attn_implementation=attn_implementation).to(
             ctx.device
         )
+        if lm_head_fp32:
+            from dapo_rl.models.lm_head import lm_head_in_fp32
+
+            lm_head_in_fp32(model)
         return HFRolloutEngine(model, tokenizer, micro_batch_size=rollout.micro_batch_size, lora=lora)
     from dapo_rl.rollout.vllm import VLLMRolloutEngine
 

@@ -90,6 +90,7 @@ class EngineSpec:
         device: `cpu` or `cuda` (the child's first visible GPU).
         cuda_visible_devices: the child's `CUDA_VISIBLE_DEVICES` (None: inherited).
         num_threads: torch intra-op threads of the child (0: torch's default).
+        lm_head_fp32: the `hf` engine's LM head in float32 (`actor.lm_head_fp32`).
     """
 
     rollout: object
@@ -102,6 +103,7 @@ class EngineSpec:
     device: str = "cpu"
     cuda_visible_devices: str | None = None
     num_threads: int = 0
+    lm_head_fp32: bool = False
 
 
 class WeightChannel:
@@ -220,6 +222,7 @@ def _engine_main(spec: EngineSpec, conn, port: int, parent: int, abort=None) -> 
             trust_remote_code=spec.trust_remote_code,
             ctx=DistContext(device=device),
             attn_implementation=spec.attn_implementation,
+            lm_head_fp32=spec.lm_head_fp32,
         )
         engine.abort_event = abort  # set by the trainer's process (`RemoteEngine.abort`)
         conn.send(("ok", torch.get_num_threads()))
