@@ -18,22 +18,11 @@ from dapo_rl.models.tiny import build_tiny_tokenizer
 
 
 def _untied(seed: int = 3):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from dapo_rl.models.tiny import build_tiny_model
 
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=258,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=128,
-        tie_word_embeddings=False,
-        eos_token_id=256,
-        pad_token_id=257,
-        bos_token_id=None,
+    return build_tiny_model(
+        seed=seed, hidden_size=64, num_layers=2, intermediate_size=128, tie_word_embeddings=False
     )
-    return Qwen2ForCausalLM(cfg)
 
 
 def _save_untied(path, dtype=torch.float32):

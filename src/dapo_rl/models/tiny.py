@@ -62,11 +62,13 @@ def build_tiny_model(
     pad_token_id: int = 257,
     seed: int = 0,
     num_kv_heads: int | None = None,
+    tie_word_embeddings: bool = True,
 ) -> Any:
     """A randomly initialised `Qwen2ForCausalLM` (defaults: 1.5M parameters, tied embeddings, fp32).
 
     Rotary positions make a long `max_position_embeddings` free in parameters, so real-data prompts (1-2k
-    characters of LaTeX) fit. `num_kv_heads` (default: `num_heads`) < `num_heads` gives grouped-query attention.
+    characters of LaTeX) fit. `num_kv_heads` (default: `num_heads`) < `num_heads` gives grouped-query attention;
+    `tie_word_embeddings=False` gives the LM head its own weight (as Qwen2.5-7B and larger have).
     The benchmarks' larger models are this one with other sizes (hidden 768 x 12 layers: 113M parameters).
     """
     import torch
@@ -80,7 +82,7 @@ def build_tiny_model(
         num_key_value_heads=num_kv_heads or num_heads,
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         bos_token_id=None,
