@@ -284,3 +284,24 @@ def test_save_and_test_freq_keep_their_documented_off_values():
     for v in (-1, 0, 1, 7):
         cfg = load_config(None, [f"trainer.save_freq={v}", f"trainer.test_freq={v}"])
         assert (cfg.trainer.save_freq, cfg.trainer.test_freq) == (v, v)
+
+
+@pytest.mark.parametrize(
+    "override,says",
+    [
+        ("algorithm.beta=0.04", "TRL's `beta` is algorithm.kl_loss_coef, with algorithm.use_kl_loss=true"),
+        ("scale_rewards=batch", "algorithm.adv_estimator=grpo (group) or grpo_batch_std (batch)"),
+        ("algorithm.epsilon_high=0.28", "TRL's `epsilon_high` is algorithm.clip_ratio_high"),
+        (
+            "algorithm.rollout_correction.opsm_delta=1e-4",
+            "is algorithm.rollout_correction.off_policy_mask_threshold",
+        ),
+        ("actor.cast_lm_head_to_fp32=true", "TRL's `cast_lm_head_to_fp32` is actor.lm_head_fp32"),
+    ],
+)
+def test_a_trl_or_slime_name_is_told_what_it_is_here(override, says):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    key = override.split("=")[0]
+    assert str(e.value).startswith(f"unknown config key {key!r} in command-line overrides; ")
+    assert says in str(e.value)

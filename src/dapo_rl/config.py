@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from dapo_rl.data.solutions import RETOOL_TAGS
+from dapo_rl.peer_names import peer_hint
 
 
 class ConfigError(ValueError):
@@ -1245,6 +1246,9 @@ def _unknown_key_error(key: str, source: str) -> ConfigError:
     close = close[:3]
     if key in REMOVED_OPTIONS:
         return ConfigError(f"config key {key!r} in {source}: {REMOVED_NOTE}")
+    peer = peer_hint(key)
+    if peer is not None:  # a TRL / slime name: say what it is here rather than guess by spelling
+        return ConfigError(f"unknown config key {key!r} in {source}; {peer}")
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     return ConfigError(f"unknown config key {key!r} in {source}{hint}")
 
