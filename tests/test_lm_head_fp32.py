@@ -144,6 +144,23 @@ def _fsdp_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: s
         }
         actor.update(_batch())
         out["after"] = head.weight.full_tensor()
+        del actor
+        # a tied head stays in the root group (FSDP2 refuses a parameter in two groups) and still gives float32
+        # logits; an all-float32 run makes no group for an untied head
+        for key, path, bf16 in (("tied", "tied", True), ("fp32_run", "untied_fp32", False)):
+            cfg = ActorConfig(
+                autocast_dtype="bfloat16" if bf16 else "none", lm_head_fp32=True, ppo_micro_batch_size=4
+            )
+            other = Actor(os.path.join(out_dir, path), cfg, AlgorithmConfig(), ctx)
+            seen.clear()
+            hook = other.model.lm_head.register_forward_hook(lambda m, a, o: seen.update(y=o.detach()))
+            other.update(_batch())
+            hook.remove()
+            out[key] = (
+                type(other.model.lm_head).__name__,
+                seen["y"].dtype,
+                is_fp32_head(other.model.lm_head),
+            )
         torch.save(out, os.path.join(out_dir, f"r{rank}.pt"))
     finally:
         shutdown(ctx)
@@ -152,9 +169,14 @@ def _fsdp_rank_main(rank: int, world: int, port: int, model_dir: str, out_dir: s
 def test_under_fsdp2_an_untied_head_is_its_own_float32_group(tmp_path):
     """bf16 master weights, bf16 compute: every rank's untied head (and its KL reference's) is a float32 group,
     its weights arrive from rank 0 exactly (the checkpoint's bf16 values, held in float32), its logits are the
-    float32 product of its input and the gathered float32 weight, and an update keeps them float32."""
+    float32 product of its input and the gathered float32 weight, and an update keeps them float32. A tied head stays
+    in the root group with float32 logits; in an all-float32 run an untied head needs no group of its own."""
+    from dapo_rl.models.tiny import save_tiny_checkpoint
+
     model_dir = tmp_path / "model"
     _save_untied(model_dir, torch.bfloat16)
+    _save_untied(tmp_path / "untied_fp32")
+    save_tiny_checkpoint(tmp_path / "tied", seed=2, hidden_size=64, num_layers=2, intermediate_size=128)
     want = _untied().to(torch.bfloat16).lm_head.weight.float()
     mp.start_processes(
         _fsdp_rank_main, args=(2, free_port(), str(model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
@@ -165,12 +187,17 @@ def test_under_fsdp2_an_untied_head_is_its_own_float32_group(tmp_path):
         assert got["weight_dtype"] == torch.float32 and got["y_dtype"] == torch.float32
         assert torch.equal(got["full"], want) and got["exact"]
         assert got["after"].dtype == torch.float32 and not torch.equal(got["after"], want)
+        assert got["tied"] == ("Linear", torch.float32, True) and got["fp32_run"] == (
+            "Linear",
+            torch.float32,
+            True,
+        )
 
 
 def test_the_hf_engine_keeps_a_float32_head_and_receives_it_unrounded(tmp_path):
-    """`build_engine(..., lm_head_fp32=True)`: the `hf` engine's head computes in float32; a bf16 push
-    (`engine_weights(torch.bfloat16)`, the trainer's under bf16 compute) keeps the untied head float32 and exact,
-    and rounds the rest."""
+    """`build_engine(..., lm_head_fp32=True)`: the `hf` engine's head computes in float32; the trainer's bf16 push to
+    it (`engine_weights(torch.bfloat16, keep_fp32_head=True)`) keeps the untied head float32 and exact, and rounds
+    the rest."""
     from dapo_rl.config import RolloutConfig
     from dapo_rl.rollout import build_engine
 
@@ -184,7 +211,9 @@ def test_the_hf_engine_keeps_a_float32_head_and_receives_it_unrounded(tmp_path):
     with torch.no_grad():
         for p in actor.model.parameters():
             p.add_(torch.randn_like(p) * 1e-3)  # values bf16 cannot hold
-    pushed = dict(actor.engine_weights(torch.bfloat16))
+    # what the trainer sends the hf engine (`push_keeps_fp32_head`); by default, and so in exports, one dtype
+    assert dict(actor.engine_weights(torch.bfloat16))["lm_head.weight"].dtype == torch.bfloat16
+    pushed = dict(actor.engine_weights(torch.bfloat16, keep_fp32_head=True))
     assert pushed["lm_head.weight"].dtype == torch.float32
     assert pushed["model.embed_tokens.weight"].dtype == torch.bfloat16
     engine.update_weights(pushed.items())
@@ -193,3 +222,49 @@ def test_the_hf_engine_keeps_a_float32_head_and_receives_it_unrounded(tmp_path):
     assert y.dtype == torch.float32 and torch.equal(y, x.float() @ actor.model.lm_head.weight.t())
     plain = build_engine(RolloutConfig(name="hf"), str(tmp_path), build_tiny_tokenizer(), **kw)
     assert not is_fp32_head(plain.model.lm_head) and plain.model.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_the_run_config_reaches_both_engines_and_the_push():
+    """The trainer's engine settings (also its asynchronous engine's `EngineSpec`) carry the setting; only a push to
+    the `hf` engine keeps the float32 head."""
+    from dapo_rl.rollout import engine_settings, push_keeps_fp32_head
+    from dapo_rl.rollout.remote import EngineSpec
+
+    on = ["actor.lm_head_fp32=true", "actor.autocast_dtype=bfloat16"]
+    cfg = load_config(None, on + ["rollout.name=hf"])
+    settings = engine_settings(cfg, "bfloat16", None)
+    assert settings["lm_head_fp32"] is True and settings["dtype"] == "bfloat16"
+    assert EngineSpec(cfg.rollout, "m", **settings).lm_head_fp32 is True
+    assert push_keeps_fp32_head(cfg)
+    assert not push_keeps_fp32_head(load_config(None, on + ["rollout.name=vllm"]))
+    off = load_config(None, ["rollout.name=hf"])
+    assert engine_settings(off, "none", None)["lm_head_fp32"] is False and not push_keeps_fp32_head(off)
+
+
+def test_it_works_on_fake_tensors_for_dapo_plan_measure():
+    """`dapo plan --measure` builds the model under `FakeTensorMode`, where `Module.float()` cannot swap parameters:
+    the head's new float32 parameters are made without it (an untied bf16 head; a float32 one is left alone)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dapo_rl.actor import model_from_config
+
+    config = _untied().config
+    with FakeTensorMode():
+        model = model_from_config(config, "bfloat16", device="cpu")  # as `Actor(config=...)` builds it
+        assert model.lm_head.weight.dtype == torch.bfloat16
+        lm_head_in_fp32(model)
+        assert model.lm_head.weight.dtype == torch.float32 and model.lm_head.weight.requires_grad
+        same = model_from_config(config, "float32", device="cpu")
+        before = same.lm_head.weight
+        lm_head_in_fp32(same)
+        assert same.lm_head.weight is before
+
+
+def test_the_start_up_line_says_what_the_setting_does_or_that_it_does_nothing():
+    from dapo_rl.models.lm_head import lm_head_fp32_note
+
+    assert lm_head_fp32_note("none", "float32", "hf").startswith(
+        "warning: actor.lm_head_fp32=true changes nothing"
+    )
+    assert "vLLM's head_dtype=float32" in lm_head_fp32_note("bfloat16", "float32", "vllm")
+    assert "the hf engine (the same float32 head)" in lm_head_fp32_note("none", "bfloat16", "hf")

@@ -73,6 +73,20 @@ def test_32b_recipe_numbers_by_hand():
     assert "32,763,876,352 parameters" in text
 
 
+def test_the_kl_terms_reference_is_one_more_sharded_copy_of_the_weights():
+    """`algorithm.use_kl_loss`: the 32B recipe with the KL term holds a frozen fp32 copy of the weights, sharded over
+    its 128 ranks, in both phases; the text names it."""
+    base = plan_recipe(load_config("dapo_qwen2.5_32b"))["memory"]
+    plan = plan_recipe(load_config("dapo_qwen2.5_32b", ["algorithm.use_kl_loss=true"]))
+    mem = plan["memory"]
+    assert base["reference"] == 0 and mem["reference"] == -(-QWEN25_32B_PARAMS * 4 // 128)
+    assert mem["rollout_phase"] == base["rollout_phase"] + mem["reference"]
+    assert mem["update_phase"] == base["update_phase"] + mem["reference"]
+    assert "KL reference" in format_plan(plan) and "KL reference" not in format_plan(
+        plan_recipe(load_config(None))
+    )
+
+
 def test_grpo_recipe_is_table_1_first_row():
     a, d = load_config("grpo_qwen2.5_32b"), load_config("dapo_qwen2.5_32b")
     assert (a.algorithm.clip_ratio_low, a.algorithm.clip_ratio_high) == (0.2, 0.2)

@@ -364,3 +364,23 @@ def replace_params(params: SamplingParams, **changes) -> SamplingParams:
     from dataclasses import replace
 
     return replace(params, **changes)
+
+
+def test_lm_head_fp32_runs_vllms_head_in_float32(setup):
+    """`actor.lm_head_fp32` reaches vLLM as `hf_overrides={"head_dtype": "float32"}`: the logits processor computes
+    the head in float32 while the weights stay bf16; without it the head is bf16."""
+    from dapo_rl.config import RolloutConfig
+    from dapo_rl.rollout import build_engine
+
+    tok, _, engine, path = setup
+    ro = RolloutConfig(name="vllm", kv_cache_gib=1.0)
+    fp32 = build_engine(ro, str(path), tok, max_model_len=512, dtype="bfloat16", lm_head_fp32=True)
+    head = fp32.runner.model.logits_processor
+    assert head.head_dtype == torch.float32 and fp32.runner.model.lm_head.weight.dtype == torch.bfloat16
+    assert engine.runner.model.logits_processor.head_dtype == torch.float32  # the fixture's fp32 engine
+    plain = VLLMRolloutEngine(str(path), dtype="bfloat16", max_model_len=512, kv_cache_gib=1, seed=0)
+    assert plain.runner.model.logits_processor.head_dtype == torch.bfloat16
+    out = fp32.generate(
+        [tok("7 + 8 =\n")["input_ids"]], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=1)
+    )
+    assert all(len(o.logprobs) == len(o.token_ids) and all(lp <= 0 for lp in o.logprobs) for o in out[0])

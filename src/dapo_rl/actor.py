@@ -743,7 +743,9 @@ class Actor:
         return float(reset)
 
     # ------------------------------------------------------------------------------------- weights and state
-    def engine_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    def engine_weights(
+        self, dtype: torch.dtype | None = None, keep_fp32_head: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """`(Hugging Face name, full tensor)` pairs of the model's state dict, one tensor at a time, for a rollout
         engine.
 
@@ -760,14 +762,16 @@ class Actor:
         Args:
             dtype: cast each local shard to this dtype before the gather (`torch.bfloat16` for an engine that
                 samples in bf16: half the all-gather traffic, and the engine would round to it anyway); None keeps
-                the parameters' dtype. An untied float32 head (`actor.lm_head_fp32`) stays float32, for the `hf`
-                engine's float32 head (an engine with a bf16 head rounds it on copy).
+                the parameters' dtype.
+            keep_fp32_head: an untied float32 head (`actor.lm_head_fp32`) stays float32 whatever `dtype` says: for
+                the `hf` engine, which keeps its head's weights in float32 (vLLM keeps them in its dtype and would
+                round them on copy; exports stay in one dtype).
         """
         from collections import Counter
 
         with torch.no_grad():
             state = self.model.state_dict()
-            keep = fp32_head_names(self.model) if self.cfg.lm_head_fp32 else set()
+            keep = fp32_head_names(self.model) if keep_fp32_head else set()
             owner = {n: id(p) for n, p in self.model.named_parameters(remove_duplicate=False)}
             shared = {k for k, c in Counter(owner.values()).items() if c > 1}
             cache: dict[int, torch.Tensor] = {}

@@ -900,10 +900,11 @@ class ActorConfig:
     lm_head_fp32: bool = False
     """Compute the LM head in float32 under bf16 compute (ScaleRL, arXiv 2510.13786, Sec. 3.2; TRL's
     `cast_lm_head_to_fp32`): the head's matmul runs outside autocast on float32 inputs and weights, an untied head's
-    parameters are kept in float32 (under FSDP2 its own float32 group); the `hf` rollout engine's head too (vLLM's
-    stays in its dtype). On SmolLM2-135M: a 1.6x smaller mean log-prob error against float32 and a 1.5x smaller
-    trainer/sampler gap with the `hf` engine (docs/metrics.md, "The float32 LM head"); the logits take twice the
-    memory of bf16 ones. A no-op in an fp32 run without autocast. Not with a LoRA adapter on the head."""
+    parameters are kept in float32 (under FSDP2 its own float32 group); the rollout engine's head too (`hf`: the same
+    float32 head; vLLM: its `head_dtype=float32` override, weights in bf16). On SmolLM2-135M: a 1.6x smaller mean
+    log-prob error against float32 and a 1.5x smaller trainer/sampler gap (docs/metrics.md, "The float32 LM
+    head"). Costs: float32 logits (twice bf16's memory) and, on GPUs, the head's matmuls at float32 speed (not
+    measured yet). A no-op in an fp32 run without autocast. Not with a LoRA adapter on the head."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (transformers' `gradient_checkpointing_enable`): less memory,
     about a third more compute. Needed for long responses on big models."""

@@ -518,6 +518,7 @@ def plan_recipe(
         `activations` (and its parts `act_layers`, `act_recompute`, `act_logits`; `act_lora`: the LoRA adapters'
         share of the first two, 0 or None without LoRA), `engine` (vLLM's share or the transformers engine's KV
         cache), `engine_weights`, `engine_kv_tokens` (vLLM KV-cache room in tokens per engine, None otherwise),
+        `reference` (the KL term's frozen copy of the weights, `algorithm.use_kl_loss`; 0 without it),
         `rollout_phase`, `update_phase`, `peak`, `fits` (bool; None on CPU), `param_bytes`, `compute_bytes`,
         `trainable_params` (parameters with gradients and AdamW moments: all, or the adapters), `total_params`
         (parameters held, base and adapters; counts, not bytes). `notes`: strings; `warnings`: strings.
@@ -655,8 +656,10 @@ def plan_recipe(
         engine_asleep = False
     else:  # transformers generate: the actor's own weights plus the KV cache of one generation batch
         engine = r.micro_batch_size * max_len * kv_per_token * pbytes
-    rollout_phase = params + optimizer + engine  # Actor.update frees the gradients at its end
-    update_phase = states + compute + (activations or 0) + (0 if engine_asleep else engine)
+    # the KL term's frozen reference: one more copy of the (sharded) weights, for the whole run (LoRA is refused)
+    reference = math.ceil(n * pbytes / world) if a.use_kl_loss else 0
+    rollout_phase = params + optimizer + engine + reference  # Actor.update frees the gradients at its end
+    update_phase = states + compute + (activations or 0) + (0 if engine_asleep else engine) + reference
     peak = max(rollout_phase, update_phase)
     memory = {
         "param_bytes": pbytes,
@@ -677,6 +680,7 @@ def plan_recipe(
         "engine_weights": engine_weights,
         "engine_kv_tokens": engine_kv_tokens,
         "engine_asleep_in_update": engine_asleep,
+        "reference": reference,
         "rollout_phase": rollout_phase,
         "update_phase": update_phase,
         "peak": peak,
@@ -814,6 +818,11 @@ def format_plan(plan: dict[str, Any]) -> str:
     else:
         what = "none (computes in the parameters' dtype, one process)"
     lines.append(f"  compute copies    {_gib(mem['compute_copies'])}   {what}")
+    if mem["reference"]:
+        lines.append(
+            f"  KL reference      {_gib(mem['reference'])}   algorithm.use_kl_loss: a frozen copy of the weights, "
+            f"{m['num_params']:,} x {mem['param_bytes']} B{per}"
+        )
     if mem["activations"] is None:
         lines.append("  activations          n/a   not included")
     else:
@@ -851,12 +860,13 @@ def format_plan(plan: dict[str, Any]) -> str:
             f" x {b['max_sequence_length']:,} tokens"
         )
         sleep = "the transformers engine's KV cache is freed"
+    ref = " + KL reference" if mem["reference"] else ""
     lines.append(
-        f"  rollout phase     {_gib(mem['rollout_phase'])}   parameters + AdamW moments + engine (the update frees the "
-        "gradients)"
+        f"  rollout phase     {_gib(mem['rollout_phase'])}   parameters + AdamW moments + engine{ref} (the update "
+        "frees the gradients)"
     )
     lines.append(
-        f"  update phase      {_gib(mem['update_phase'])}   states + compute copies + activations; {sleep}"
+        f"  update phase      {_gib(mem['update_phase'])}   states + compute copies + activations{ref}; {sleep}"
     )
     lines.append(f"  peak              {_gib(mem['peak'])}")
     lines.append("")

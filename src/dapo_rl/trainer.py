@@ -69,8 +69,16 @@ from dapo_rl.distributed import (
 from dapo_rl.episode import build_episode
 from dapo_rl.episode.chat_tools import prompt_tools
 from dapo_rl.models.hf import load_tokenizer, model_context_length
+from dapo_rl.models.lm_head import lm_head_fp32_note
 from dapo_rl.perf import choose_attn_implementation, choose_autocast_dtype, matmul_peak_flops, training_mfu
-from dapo_rl.rollout import SamplingParams, build_engine, check_engine, with_lora
+from dapo_rl.rollout import (
+    SamplingParams,
+    build_engine,
+    check_engine,
+    engine_settings,
+    push_keeps_fp32_head,
+    with_lora,
+)
 from dapo_rl.rollout.remote import EngineSpec, HostStaging, RemoteEngines
 from dapo_rl.rollout.seeds import Stream, round_seed
 from dapo_rl.stopping import (
@@ -250,6 +258,8 @@ class Trainer:
         self.autocast_dtype = autocast
         if ctx.rank == 0 and cfg.actor.autocast_dtype == "auto":
             self.log(f"actor: {reason}")
+        if ctx.rank == 0 and cfg.actor.lm_head_fp32:
+            self.log(lm_head_fp32_note(autocast, cfg.model.dtype, cfg.rollout.name))
         self.attn_implementation = self._choose_attention(load_path, autocast)
         algo = cfg.algorithm
         if algo.loss_scale_factor is None:  # Dr. GRPO's constant: the generation budget
@@ -284,15 +294,7 @@ class Trainer:
         self.peak_flops = (
             matmul_peak_flops(ctx.device, torch.bfloat16 if bf16 else torch.float32) * ctx.world_size
         )
-        engine_kwargs = dict(
-            max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
-            seed=cfg.trainer.seed,
-            # the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do)
-            dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
-            trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=self.attn_implementation,
-            lm_head_fp32=cfg.actor.lm_head_fp32,
-        )
+        engine_kwargs = engine_settings(cfg, autocast, self.attn_implementation)
         self.engine = None  # asynchronous training: only rank 0 has one (the engine processes)
         # LoRA: the engine applies the adapters unmerged and only they travel (lora.py, "the adapter push")
         self.push_adapters = lora and not cfg.actor.lora.merge
@@ -829,10 +831,11 @@ class Trainer:
     def _engine_payload(self) -> Iterator[tuple[str, torch.Tensor]]:
         """What a push sends: the adapters alone under LoRA with `actor.lora.merge=false` (the engine holds the
         base model it loaded; float32, a few MB), else every weight in the engine's dtype (`Actor.engine_weights`,
-        adapted layers merged). A collective under FSDP2."""
+        adapted layers merged; an untied float32 head stays float32 for the `hf` engine). A collective under
+        FSDP2."""
         if self.push_adapters:
             return self.actor.engine_adapters()
-        return self.actor.engine_weights(self._push_dtype)
+        return self.actor.engine_weights(self._push_dtype, keep_fp32_head=push_keeps_fp32_head(self.cfg))
 
     def _push_weights(self) -> None:
         """Give the engine the actor's weights now. A collective under FSDP2 (every parameter is gathered): a rank

@@ -48,7 +48,7 @@ PAPER_BOUNDS: dict[str, tuple[float, float, str]] = {
     "geo_mean": (0.4, 0.4, "log-ratio bounds (GMPO: e^-0.4, e^0.4)"),
     "dppo_tv": (0.15, 0.15, "bounds on p - p_old (DPPO's TV setting)"),
     "dppo_kl": (0.05, 0.05, "binary-KL bounds (DPPO's KL setting)"),
-    "gspo": (3e-4, 4e-4, "bounds on the length-normalised sequence ratio (GSPO: 3e-4 / 4e-4)"),
+    "gspo": (3e-4, 4e-4, "bounds on the length-normalised sequence ratio"),
 }
 """The losses that read `algorithm.clip_ratio_low|high` as bounds of another quantity (or, for GSPO, of a ratio
 whose spread is far smaller than a token's), with their papers' values."""

@@ -23,8 +23,9 @@ def shard_model(model, mesh, compute_dtype: torch.dtype | None = None, lm_head_f
             state kept in the parameters' dtype (`MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`);
             None computes in the parameters' dtype.
         lm_head_fp32: the head was made float32 (`dapo_rl.models.lm_head.lm_head_in_fp32`, `actor.lm_head_fp32`):
-            an untied head becomes its own group, gathered and reduced in float32 whatever `compute_dtype` says
-            (a group all-gathers one dtype); a tied head stays in the root group (its forward upcasts the copy).
+            under bf16 compute or a bf16 body an untied head becomes its own group, gathered and reduced in float32
+            (a group all-gathers one dtype); a tied head stays in the root group (its forward upcasts the gathered
+            copy); an all-float32 run needs nothing.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -38,7 +39,14 @@ def shard_model(model, mesh, compute_dtype: torch.dtype | None = None, lm_head_f
     if lm_head_fp32:
         from dapo_rl.models.lm_head import head_is_tied
 
-        if not head_is_tied(model):
+        head = model.get_output_embeddings()
+        # a group of its own only where the root would gather it in another dtype: bf16 compute, or a bf16 body
+        if not head_is_tied(model) and (
+            compute_dtype not in (None, torch.float32)
+            or {p.dtype for p in model.parameters()} != {torch.float32}
+        ):
             fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
-            fully_shard(model.get_output_embeddings(), mesh=mesh, mp_policy=fp32)
+            # resharded after its forward (a non-root group's default, as verl shards every group): gathered again
+            # for the backward, so no-grad forwards (pi_old, the KL reference) leave no float32 copy behind
+            fully_shard(head, mesh=mesh, mp_policy=fp32)
     fully_shard(model, mesh=mesh, mp_policy=mp)

@@ -11,7 +11,8 @@ Here the head's forward runs outside `torch.autocast` on float32 inputs and floa
   `MixedPrecisionPolicy`, `dapo_rl.distributed.fsdp.shard_model`);
 - a tied head (shared with the input embedding, as the tiny model's and SmolLM2's) keeps the embedding's storage and
   multiplies its (under FSDP2: bf16 all-gathered) copy in float32.
-The rest of the model computes as `actor.autocast_dtype` says.
+The rest of the model computes as `actor.autocast_dtype` says. The `hf` rollout engine takes the same head; vLLM
+computes its own in float32 through its `head_dtype` override (`dapo_rl.rollout.vllm`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from dapo_rl.config import ConfigError
 
-__all__ = ["lm_head_in_fp32", "is_fp32_head", "head_is_tied", "fp32_head_names"]
+__all__ = ["lm_head_in_fp32", "is_fp32_head", "head_is_tied", "fp32_head_names", "lm_head_fp32_note"]
 
 
 def _fp32_forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -60,11 +61,16 @@ def lm_head_in_fp32(model: torch.nn.Module) -> torch.nn.Module:
     """Make `model`'s LM head compute in float32 (see the module docstring), in place, before any sharding.
 
     The head's `forward` is replaced on the instance (a bound method: `copy.deepcopy`, e.g. the KL term's reference,
-    rebinds it to the copy; FSDP2's hooks run around it). An untied head's parameters become float32 (`.float()`;
-    a no-op when `model.dtype` is float32).
+    rebinds it to the copy; FSDP2's hooks run around it). An untied head's parameters become float32 (new
+    `Parameter`s, so call this before an optimizer holds them; nothing changes when `model.dtype` is float32).
+
+    Costs: the logits are float32 (twice bf16's memory); on GPUs the head's matmuls run at float32 speed, not on
+    bf16 tensor cores (unmeasured here); a tied head casts the shared `(V, hidden)` weight to float32 at each forward
+    where that weight is bf16 (under FSDP2's bf16 gather, or in a bf16 engine), a copy the backward keeps.
 
     Args:
-        model: a transformers causal LM (`get_output_embeddings()` an `nn.Linear`), on any device, `meta` included.
+        model: a transformers causal LM (`get_output_embeddings()` an `nn.Linear`), on any device (`meta` and
+            `FakeTensorMode` included: `dapo plan --measure`).
 
     Returns:
         The head module.
@@ -82,6 +88,28 @@ def lm_head_in_fp32(model: torch.nn.Module) -> torch.nn.Module:
             "head; leave lm_head out of actor.lora.target_modules"
         )
     if not head_is_tied(model):
-        head.float()
+        for name, p in list(head.named_parameters(recurse=False)):
+            if (
+                p.dtype != torch.float32
+            ):  # new parameters, not `Module.float()`: its swap fails on fake tensors
+                setattr(head, name, torch.nn.Parameter(p.detach().float(), requires_grad=p.requires_grad))
     head.forward = types.MethodType(_fp32_forward, head)
     return head
+
+
+def lm_head_fp32_note(autocast_dtype: str, model_dtype: str, engine: str) -> str:
+    """The line the trainer logs at start when `actor.lm_head_fp32` is on: what it does in this run, or a warning
+    that it does nothing (every weight and the compute already float32).
+
+    Args:
+        autocast_dtype: `actor.autocast_dtype` as resolved (`none` / `bfloat16`).
+        model_dtype: `model.dtype`.
+        engine: `rollout.name`.
+    """
+    if autocast_dtype != "bfloat16" and model_dtype == "float32":
+        return (
+            "warning: actor.lm_head_fp32=true changes nothing here: the run computes in float32 "
+            "(actor.autocast_dtype=none, model.dtype=float32); it matters under actor.autocast_dtype=bfloat16"
+        )
+    how = "vLLM's head_dtype=float32" if engine == "vllm" else "the same float32 head"
+    return f"actor: LM head in float32 (actor.lm_head_fp32) in the actor, its KL reference if any, and the {engine} engine ({how})"

