@@ -40,14 +40,19 @@ def _model_dir(name: str, tmp: str) -> str:
     return tmp
 
 
+def _rows(tok, rows: int) -> tuple[list[list[int]], list[dict], int]:
+    """The first `rows` GSM8K test rows: their prompts' token ids, the rows, and the pad id."""
+    lines = [json.loads(x) for x in DATA.read_text().splitlines()[:rows]]
+    prompts = [tok(r["question"] + "\n")["input_ids"] for r in lines]
+    return prompts, lines, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
 def _batch(model_dir: str, rows: int, tokens: int) -> TrainBatch:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    lines = [json.loads(x) for x in DATA.read_text().splitlines()[:rows]]
-    prompts = [tok(r["question"] + "\n")["input_ids"] for r in lines]
+    prompts, lines, pad = _rows(tok, rows)
     responses = [tok(r["answer"])["input_ids"][:tokens] for r in lines]
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return TrainBatch.build(prompts, responses, torch.zeros(rows), torch.ones(rows), pad)
 
 
@@ -85,9 +90,7 @@ def sampler_gap(name: str, engine_name: str, rows: int, tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = _model_dir(name, tmp)
         tok = AutoTokenizer.from_pretrained(path)
-        lines = [json.loads(x) for x in DATA.read_text().splitlines()[:rows]]
-        prompts = [tok(r["question"] + "\n")["input_ids"] for r in lines]
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        prompts, _, pad = _rows(tok, rows)
         params = SamplingParams(n=1, temperature=1.0, max_tokens=tokens, seed=11)
         ro = RolloutConfig(name=engine_name, micro_batch_size=64, kv_cache_gib=1.0)
         actors = {

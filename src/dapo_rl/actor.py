@@ -29,7 +29,7 @@ from dapo_rl.algo.rollout_correction import (
     compute_rollout_correction,
     off_policy_sequence_mask,
 )
-from dapo_rl.config import ActorConfig, AlgorithmConfig, ConfigError
+from dapo_rl.config import KL_WITH_LORA, ActorConfig, AlgorithmConfig, ConfigError
 from dapo_rl.distributed import DistContext, all_gather_objects, all_reduce, barrier
 from dapo_rl.distributed.balance import token_budget_bins
 from dapo_rl.lora import hf_name, is_adapter_name, lora_layers, merged_layer_weights, wrap_model
@@ -320,10 +320,7 @@ class Actor:
         """The KL term's frozen reference policy (`algorithm.use_kl_loss`), else None."""
         if algo.use_kl_loss:
             if self.peft is not None:
-                raise ConfigError(
-                    "algorithm.use_kl_loss=true with LoRA (actor.lora.rank > 0) is not supported yet: the reference "
-                    "would be the base model with the adapters off, and a reset would have to merge them"
-                )
+                raise ConfigError(KL_WITH_LORA)
             build = None
             if self.ctx.sharded:
 

@@ -1486,10 +1486,7 @@ def validate_config(cfg: Config) -> None:
             "float32 and set actor.autocast_dtype=bfloat16 (bf16 compute, fp32 weights and optimizer state)"
         )
     if a.use_kl_loss and act.lora.rank > 0:  # here, so that `dapo plan`/`train` stop before any model loads
-        raise ConfigError(
-            "algorithm.use_kl_loss=true with LoRA (actor.lora.rank > 0) is not supported yet: the reference would be "
-            "the base model with the adapters off, and a reset would have to merge them"
-        )
+        raise ConfigError(KL_WITH_LORA)
     if a.adv_estimator in ("grpo", "grpo_batch_std") and r.n < 2:
         raise ConfigError(
             f"rollout.n={r.n}: group-normalised advantages (algorithm.adv_estimator={a.adv_estimator}, DAPO Eq. 9) compare the "
@@ -1620,6 +1617,12 @@ RESUME_CHANGES_SAMPLES: dict[str, str] = {
 }
 """Keys of `HARMLESS_ON_RESUME` whose change makes the resumed run draw other samples or rewards than an
 uninterrupted run would (the same experiment, not the same numbers), with the reason the warning gives."""
+
+KL_WITH_LORA = (
+    "algorithm.use_kl_loss=true with LoRA (actor.lora.rank > 0) is not supported yet: the reference would be the base "
+    "model with the adapters off, and a reset would have to merge them"
+)
+"""The refusal of the KL term under LoRA (`validate_config`, and `Actor` for a caller that skips it)."""
 
 REMOVED_OPTIONS: dict[str, Any] = {
     "algorithm.filter_groups.skip_predicted": 0.0,

@@ -88,10 +88,9 @@ def lm_head_in_fp32(model: torch.nn.Module) -> torch.nn.Module:
             "head; leave lm_head out of actor.lora.target_modules"
         )
     if not head_is_tied(model):
+        # new parameters, not `Module.float()`: its parameter swap fails on fake tensors
         for name, p in list(head.named_parameters(recurse=False)):
-            if (
-                p.dtype != torch.float32
-            ):  # new parameters, not `Module.float()`: its swap fails on fake tensors
+            if p.dtype != torch.float32:
                 setattr(head, name, torch.nn.Parameter(p.detach().float(), requires_grad=p.requires_grad))
     head.forward = types.MethodType(_fp32_forward, head)
     return head
@@ -112,4 +111,7 @@ def lm_head_fp32_note(autocast_dtype: str, model_dtype: str, engine: str) -> str
             "(actor.autocast_dtype=none, model.dtype=float32); it matters under actor.autocast_dtype=bfloat16"
         )
     how = "vLLM's head_dtype=float32" if engine == "vllm" else "the same float32 head"
-    return f"actor: LM head in float32 (actor.lm_head_fp32) in the actor, its KL reference if any, and the {engine} engine ({how})"
+    return (
+        "actor: LM head in float32 (actor.lm_head_fp32) in the actor, its KL reference if any, and the "
+        f"{engine} engine ({how})"
+    )
